@@ -1,0 +1,92 @@
+# cpython-usdt build driver.  `make` builds build/obj/python; `make check`
+# tests it.  The work is done by the scripts in tools/; this file only
+# orders them and keeps stamps so that reruns are incremental.
+
+SERIES ?= 3.13
+PREFIX ?= /opt/cpython-usdt
+NPROC := $(shell nproc)
+B := build
+
+PIN := upstream/$(SERIES)
+TARBALL := $(shell sed -n 's/^TARBALL=//p' $(PIN))
+PATCH_INPUTS := $(PIN) $(wildcard patches/$(SERIES)/*)
+OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
+TOOLS := tools/lib.sh
+
+export SERIES
+
+.PHONY: all deps fetch prepare configure build check check-regrtest \
+	check-regrtest-full check-freethreading install clean distclean \
+	patch-queue patch-export bench bench-quick
+
+all: build
+
+# Missing Debian packages: installed when run as root, else the exact
+# apt-get line is printed.
+deps:
+	tools/deps build test
+
+fetch: $(B)/dl/$(TARBALL)
+$(B)/dl/$(TARBALL): $(PIN) tools/fetch $(TOOLS)
+	tools/fetch
+	touch $@
+
+prepare: $(B)/stamps/prepare
+$(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
+		tools/prepare tools/regen $(TOOLS)
+	tools/prepare
+
+# configure reruns only when configure itself, or our flags, change:
+# tools/prepare rewrites build/src/configure only when its content changes.
+$(B)/src/configure: $(B)/stamps/prepare ;
+
+configure: $(B)/obj/Makefile
+$(B)/obj/Makefile: $(B)/src/configure tools/configure $(B)/stamps/prefix
+	PREFIX=$(PREFIX) tools/configure $(B)/obj $(CURDIR)/$(B)/src
+
+# Record PREFIX so that changing it reconfigures.
+$(B)/stamps/prefix: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+
+build: deps $(B)/obj/Makefile
+	$(MAKE) -C $(B)/obj -j$(NPROC)
+
+# The README's test command: build facts, our tests, test_dtrace and a
+# bpftrace smoke test, then the regrtest subset.
+check: build
+	tools/check $(B)/obj
+	tools/regrtest $(B)/obj subset
+
+# Upstream's whole regression suite on our build and on a pristine build of
+# the same version; the results must be the same.
+check-regrtest-full: build $(B)/pristine-obj/python
+	tools/regrtest $(B)/obj full $(B)/pristine-obj
+
+$(B)/pristine-obj/python: $(B)/stamps/prepare tools/configure
+	PREFIX=$(PREFIX) tools/configure $(B)/pristine-obj $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/pristine-obj -j$(NPROC)
+
+# The free-threaded (--disable-gil) build of the same tree, and its tests.
+check-freethreading: deps $(B)/stamps/prepare
+	test -f $(B)/obj-ft/Makefile -a $(B)/obj-ft/Makefile -nt $(B)/src/configure || \
+		VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(B)/obj-ft $(CURDIR)/$(B)/src
+	$(MAKE) -C $(B)/obj-ft -j$(NPROC)
+	tools/check $(B)/obj-ft
+
+install: build
+	$(MAKE) -C $(B)/obj install
+
+# Patch-queue workflow (docs/patch-workflow.md).
+patch-queue: $(B)/stamps/prepare
+	tools/patch-queue open
+patch-export:
+	tools/patch-queue export
+
+clean:
+	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/stage $(B)/stamps
+
+distclean:
+	rm -rf $(B)
+
+FORCE:

@@ -1,0 +1,83 @@
+"""Tier 1: facts about the built interpreter itself."""
+
+import os
+import re
+import unittest
+
+from support import PYTHON, TOP, run
+
+# Extension modules a complete standard library has on Debian, with the
+# package that provides what they need (tools/deps installs them).
+STDLIB_EXTENSIONS = {
+    "_bz2": "libbz2-dev", "_ctypes": "libffi-dev", "_curses": "libncurses-dev",
+    "_dbm": "libgdbm-compat-dev", "_gdbm": "libgdbm-dev",
+    "_hashlib": "libssl-dev", "_lzma": "liblzma-dev",
+    "_sqlite3": "libsqlite3-dev", "_ssl": "libssl-dev",
+    "_uuid": "uuid-dev", "readline": "libreadline-dev", "zlib": "zlib1g-dev",
+}
+
+
+def promised_probes():
+    with open(os.path.join(TOP, "tests", "probes.txt")) as f:
+        return sorted(line.strip() for line in f
+                      if line.strip() and not line.startswith("#"))
+
+
+def stapsdt_probes(binary):
+    """{(provider, name): count} from the .note.stapsdt notes of binary."""
+    proc = run(["readelf", "-n", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
+    probes = {}
+    provider = None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s*Provider: (\S+)", line)
+        if m:
+            provider = m.group(1)
+            continue
+        m = re.match(r"\s*Name: (\S+)", line)
+        if m and provider is not None:
+            key = (provider, m.group(1))
+            probes[key] = probes.get(key, 0) + 1
+            provider = None
+    return probes
+
+
+class BuildFactsTest(unittest.TestCase):
+
+    def test_with_dtrace(self):
+        proc = run([PYTHON, "-c", "import sysconfig; "
+                    "print(sysconfig.get_config_var('WITH_DTRACE'))"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout.strip(), "1")
+
+    def test_probe_set(self):
+        found = stapsdt_probes(PYTHON)
+        self.assertEqual({p for p, _ in found}, {"python"},
+                         "unexpected USDT providers")
+        self.assertEqual(sorted(name for _, name in found), promised_probes(),
+                         "readelf -n %s differs from tests/probes.txt"
+                         % PYTHON)
+
+    def test_probes_have_semaphores(self):
+        # Semaphore-gated markers cost a load and a branch when no tracer is
+        # attached; a probe without one would evaluate its arguments always.
+        proc = run(["readelf", "-n", PYTHON])
+        notes = proc.stdout.split("stapsdt")[1:]
+        self.assertTrue(notes)
+        for note in notes:
+            m = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
+            self.assertIsNotNone(m, note)
+            self.assertNotEqual(int(m.group(1), 16), 0, note)
+
+    def test_stdlib_extensions(self):
+        for module, package in sorted(STDLIB_EXTENSIONS.items()):
+            with self.subTest(module=module):
+                proc = run([PYTHON, "-c", "import " + module])
+                self.assertEqual(proc.returncode, 0,
+                                 "%s (needs %s): %s"
+                                 % (module, package, proc.stderr))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,231 @@
+"""Tier 2: the build driver fails loudly and early on bad input, and its
+unpack/apply/configure steps are reproducible.
+
+These tests run the driver scripts in a scratch copy of the repository
+skeleton (tools/, upstream/, patches/, overlay/) with BUILD pointing into a
+temporary directory; they reuse the verified tarball and pristine tree of
+the real build so that no test downloads anything.
+"""
+
+import hashlib
+import os
+import shutil
+import tempfile
+import unittest
+
+from support import BUILD, TOP, run
+
+PIN = dict(line.split("=", 1)
+           for line in open(os.path.join(TOP, "upstream", "3.13")).read()
+           .splitlines() if line and not line.startswith("#"))
+TARBALL = os.path.join(BUILD, "dl", PIN["TARBALL"])
+PRISTINE = os.path.join(BUILD, "pristine")
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(PRISTINE, ".git",
+                                                 "cpython-usdt-verified")),
+                     "run `make` first: these tests reuse build/pristine")
+class DriverTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cpython-usdt-test-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.top = os.path.join(self.tmp, "repo")
+        for name in ("tools", "upstream", "patches", "overlay"):
+            src = os.path.join(TOP, name)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(self.top, name))
+        os.makedirs(os.path.join(self.top, "overlay"), exist_ok=True)
+        self.build = os.path.join(self.top, "build")
+        os.makedirs(os.path.join(self.build, "dl"))
+        self.env = dict(os.environ, BUILD=self.build)
+        self.env.pop("UPSTREAM_TARBALL", None)
+
+    def tool(self, name, *args, env=None):
+        return run([os.path.join(self.top, "tools", name), *args],
+                   env=env or self.env)
+
+    def use_real_upstream(self):
+        os.symlink(TARBALL, os.path.join(self.build, "dl", PIN["TARBALL"]))
+        os.symlink(PRISTINE, os.path.join(self.build, "pristine"))
+
+    def assertFailsWith(self, proc, *fragments):
+        self.assertNotEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, proc.stderr)
+
+    # -- the tarball -------------------------------------------------------
+
+    def corrupt_tarball(self):
+        path = os.path.join(self.tmp, PIN["TARBALL"])
+        with open(TARBALL, "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF
+        with open(path, "wb") as f:
+            f.write(data)
+        return path, hashlib.sha256(data).hexdigest()
+
+    def test_corrupt_user_tarball(self):
+        path, found = self.corrupt_tarball()
+        env = dict(self.env, UPSTREAM_TARBALL=path)
+        proc = self.tool("fetch", env=env)
+        self.assertFailsWith(proc, "sha256 mismatch for " + path,
+                             "expected: " + PIN["SHA256"], "found:    " + found)
+        self.assertEqual(os.listdir(os.path.join(self.build, "dl")), [])
+
+    def test_corrupt_cached_tarball_is_not_unpacked(self):
+        path, found = self.corrupt_tarball()
+        cached = os.path.join(self.build, "dl", PIN["TARBALL"])
+        shutil.move(path, cached)
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "sha256 mismatch for " + cached,
+                             "found:    " + found, "Refusing to unpack")
+        self.assertFalse(os.path.exists(os.path.join(self.build, "pristine")))
+
+    def test_genuine_user_tarball(self):
+        env = dict(self.env, UPSTREAM_TARBALL=TARBALL)
+        proc = self.tool("fetch", env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(
+            sha256(os.path.join(self.build, "dl", PIN["TARBALL"])),
+            PIN["SHA256"])
+
+    # -- patches and overlay ----------------------------------------------
+
+    def write(self, relpath, text):
+        path = os.path.join(self.top, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def test_patch_that_does_not_apply(self):
+        self.use_real_upstream()
+        self.write("patches/3.13/0999-bad.patch", BAD_PATCH)
+        with open(os.path.join(self.top, "patches/3.13/series"), "a") as f:
+            f.write("0999-bad.patch\n")
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "patch 0999-bad.patch does not apply")
+        self.assertFalse(os.path.exists(os.path.join(self.build, "src")))
+
+    def test_series_names_missing_patch(self):
+        self.use_real_upstream()
+        with open(os.path.join(self.top, "patches/3.13/series"), "a") as f:
+            f.write("0998-missing.patch\n")
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "names missing 0998-missing.patch")
+
+    def test_overlay_clobbers_unlisted_upstream_file(self):
+        self.use_real_upstream()
+        self.write("overlay/Python/ceval.c", "/* not upstream's */\n")
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "overlay/Python/ceval.c would clobber "
+                             "upstream Python/ceval.c")
+
+    def test_overlay_replaces_changed_upstream_file(self):
+        self.use_real_upstream()
+        self.write("overlay/Python/ceval.c", "/* ours */\n")
+        with open(os.path.join(self.top, "patches/3.13/overlay-replaces"),
+                  "a") as f:
+            f.write("%s  Python/ceval.c\n" % ("0" * 64))
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "overlay/Python/ceval.c replaces "
+                             "Python/ceval.c, whose sha256 is",
+                             "upstream changed")
+
+    # -- tools --------------------------------------------------------------
+
+    def path_without(self, *missing):
+        """A PATH of symlinks to every command except the missing ones."""
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        for d in os.environ["PATH"].split(os.pathsep):
+            if not os.path.isdir(d):
+                continue
+            for name in os.listdir(d):
+                link = os.path.join(bindir, name)
+                if name in missing or os.path.lexists(link):
+                    continue
+                os.symlink(os.path.join(d, name), link)
+        return dict(self.env, PATH=bindir)
+
+    def test_missing_dtrace(self):
+        env = self.path_without("dtrace")
+        proc = self.tool("configure", os.path.join(self.tmp, "obj"),
+                         os.path.join(BUILD, "src"), env=env)
+        self.assertFailsWith(proc, "dtrace not found; install it with: "
+                             "apt-get install systemtap-sdt-dev")
+
+    def test_missing_compiler(self):
+        env = self.path_without("gcc")
+        proc = self.tool("configure", os.path.join(self.tmp, "obj"),
+                         os.path.join(BUILD, "src"), env=env)
+        self.assertFailsWith(proc, "gcc not found; install it with: "
+                             "apt-get install gcc")
+
+    def test_missing_autoconf(self):
+        env = self.path_without("autoconf")
+        proc = self.tool("regen", self.tmp, env=env)
+        self.assertFailsWith(proc, "autoconf not found; install it with: "
+                             "apt-get install autoconf")
+
+    # -- reproducibility ----------------------------------------------------
+
+    def test_prepare_is_reproducible(self):
+        # The real build was prepared from the same inputs: a fresh prepare
+        # must give the very same tree, and a second one must too.
+        self.use_real_upstream()
+        stamp = os.path.join(self.build, "stamps", "prepare")
+        with open(os.path.join(BUILD, "stamps", "prepare")) as f:
+            expected = f.read()
+        for attempt in (1, 2):
+            proc = self.tool("prepare")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(stamp) as f:
+                self.assertEqual(f.read(), expected, "prepare #%d" % attempt)
+        status = run(["git", "-C", os.path.join(self.build, "src"),
+                      "status", "--porcelain"])
+        self.assertEqual(status.stdout, "")
+
+    def test_configure_is_reproducible(self):
+        obj = os.path.join(self.tmp, "obj")
+        src = os.path.join(BUILD, "src")
+        proc = self.tool("configure", obj, src)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        real = os.path.join(BUILD, "obj")
+        for name in ("pyconfig.h", "Makefile"):
+            with open(os.path.join(obj, name)) as f:
+                ours = f.read().replace(obj, "@OBJ@")
+            with open(os.path.join(real, name)) as f:
+                theirs = f.read().replace(real, "@OBJ@")
+            self.assertEqual(ours, theirs, name)
+
+
+BAD_PATCH = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: cpython-usdt <build@cpython-usdt.invalid>
+Subject: [PATCH] A patch whose context is not in 3.13.5
+
+Origin: vendor, cpython-usdt tests
+Forwarded: not-needed
+Bug: n/a
+---
+ Python/ceval.c | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/Python/ceval.c b/Python/ceval.c
+--- a/Python/ceval.c
++++ b/Python/ceval.c
+@@ -1,3 +1,3 @@
+-/* This line is not in CPython. */
++/* Neither is this one. */
+ /* Nor this. */
+ /* Nor this. */
+"""
+
+if __name__ == "__main__":
+    unittest.main()

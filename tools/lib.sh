@@ -1,0 +1,76 @@
+# Shared helpers for the build driver scripts.  Sourced, not executed.
+# shellcheck shell=bash
+
+set -euo pipefail
+
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SERIES=${SERIES:-3.13}
+BUILD=${BUILD:-$TOP/build}
+
+die() {
+    printf '%s: error: %s\n' "${0##*/}" "$*" >&2
+    exit 1
+}
+
+log() {
+    printf '%s: %s\n' "${0##*/}" "$*" >&2
+}
+
+# load_pin: read upstream/$SERIES into PIN_* shell variables.
+load_pin() {
+    local pin=$TOP/upstream/$SERIES key value
+    [ -f "$pin" ] || die "no upstream pin $pin"
+    while IFS='=' read -r key value; do
+        case $key in
+            ''|'#'*) continue ;;
+            *[!A-Z0-9_]*) die "$pin: bad key '$key'" ;;
+        esac
+        printf -v "PIN_$key" '%s' "$value"
+    done < "$pin"
+    : "${PIN_VERSION:?}" "${PIN_TARBALL:?}" "${PIN_SHA256:?}"
+}
+
+# verify_sha256 FILE EXPECTED: stop with a clear message on a mismatch.
+verify_sha256() {
+    local file=$1 expected=$2 found
+    [ -f "$file" ] || die "$file: no such file"
+    found=$(sha256sum "$file" | cut -d' ' -f1)
+    if [ "$found" != "$expected" ]; then
+        die "sha256 mismatch for $file
+  expected: $expected
+  found:    $found
+Refusing to unpack it.  Remove it or pass the genuine tarball."
+    fi
+}
+
+# Deterministic git identity and dates for the scratch trees, so that the
+# same inputs always give the same commits.
+export GIT_AUTHOR_NAME=cpython-usdt GIT_AUTHOR_EMAIL=build@cpython-usdt.invalid
+export GIT_COMMITTER_NAME=cpython-usdt GIT_COMMITTER_EMAIL=build@cpython-usdt.invalid
+export GIT_AUTHOR_DATE='2000-01-01T00:00:00Z' GIT_COMMITTER_DATE='2000-01-01T00:00:00Z'
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+
+# require COMMAND PACKAGE: fail early, naming the Debian package to install.
+require() {
+    command -v "$1" >/dev/null 2>&1 ||
+        die "$1 not found; install it with: apt-get install $2"
+}
+
+# apply_series PATCHDIR: `git am` each patch named in PATCHDIR/series onto
+# the current directory's repository, in order.  git am applies without
+# fuzz; stop at the first patch that fails, naming it.
+apply_series() {
+    local dir=$1 patch rest
+    [ -f "$dir/series" ] || die "no series file in $dir"
+    while read -r patch rest; do
+        case $patch in ''|'#'*) continue ;; esac
+        [ -z "$rest" ] || die "$dir/series: unexpected text after $patch"
+        [ -f "$dir/$patch" ] || die "$dir/series names missing $patch"
+        if ! git am -q --whitespace=nowarn "$dir/$patch" >&2; then
+            git am --abort >/dev/null 2>&1 || true
+            die "patch $patch does not apply to upstream (git am refuses \
+fuzz); rebase it with tools/patch-queue"
+        fi
+        log "applied $patch"
+    done < "$dir/series"
+}
