@@ -63,7 +63,7 @@ class BuildFactsTest(unittest.TestCase):
         # Semaphore-gated markers cost a load and a branch when no tracer is
         # attached; a probe without one would evaluate its arguments always.
         proc = run(["readelf", "-n", PYTHON])
-        notes = proc.stdout.split("stapsdt")[1:]
+        notes = proc.stdout.split("NT_STAPSDT")[1:]
         self.assertTrue(notes)
         for note in notes:
             m = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
