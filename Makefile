@@ -83,8 +83,33 @@ patch-queue: $(B)/stamps/prepare
 patch-export:
 	tools/patch-queue export
 
+# Benchmarks (docs/performance.md): (A) pristine without --with-dtrace,
+# (B) pristine with it, both built by the same driver and flags as (C) ours.
+$(B)/bench-nodtrace/python: $(B)/stamps/prepare tools/configure
+	DTRACE=no PREFIX=$(PREFIX) tools/configure $(B)/bench-nodtrace $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/bench-nodtrace -j$(NPROC)
+
+BENCH_PYTHONS = --python A=$(B)/bench-nodtrace/python \
+	--python B=$(B)/pristine-obj/python --python C=$(B)/obj/python
+
+bench: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
+	tools/deps bench
+	/usr/bin/python3.11 bench/run.py $(BENCH_PYTHONS) \
+		--out-json docs/performance.json --out-md docs/performance.md \
+		--out-png docs/performance.png
+
+# Quick mode for development: fewer workloads and rounds; writes to build/.
+bench-quick: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
+	tools/deps bench
+	mkdir -p $(B)/bench-quick
+	/usr/bin/python3.11 bench/run.py --quick $(BENCH_PYTHONS) \
+		--out-json $(B)/bench-quick/performance.json \
+		--out-md $(B)/bench-quick/performance.md \
+		--out-png $(B)/bench-quick/performance.png
+
 clean:
-	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/stage $(B)/stamps
+	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/bench-nodtrace \
+		$(B)/stage $(B)/stamps
 
 distclean:
 	rm -rf $(B)

@@ -1,0 +1,66 @@
+"""Coroutines: asyncio tasks, gather, queues, nested awaits (no timers: deterministic)."""
+import asyncio
+import os, sys, time
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+
+
+async def leaf(x):
+    return x * 2 + 1
+
+
+async def middle(x):
+    a = await leaf(x)
+    b = await leaf(a)
+    return a + b
+
+
+async def producer(q, n):
+    for i in range(n):
+        await q.put(i)
+        if i % 16 == 0:
+            await asyncio.sleep(0)
+    await q.put(None)
+
+
+async def consumer(q):
+    total = 0
+    while True:
+        item = await q.get()
+        if item is None:
+            return total
+        total += await middle(item)
+
+
+async def fanout(n):
+    res = await asyncio.gather(*(middle(i) for i in range(n)))
+    return sum(res)
+
+
+async def main(reps):
+    acc = 0
+    for _ in range(reps):
+        q = asyncio.Queue(maxsize=64)
+        p = asyncio.ensure_future(producer(q, 1500))
+        acc += await consumer(q)
+        await p
+        acc += await fanout(300)
+        for i in range(1500):
+            acc += await middle(i)
+    return acc
+
+
+def run(scale):
+    reps = max(1, int(100 * scale))
+    return asyncio.run(main(reps))
+
+
+if __name__ == "__main__":
+    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
+        sys.exit(0)
+    t0 = time.perf_counter_ns()
+    chk = run(SCALE)
+    t1 = time.perf_counter_ns()
+    if os.environ.get("BENCH_TIMING"):
+        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
+    print(chk)
