@@ -30,8 +30,13 @@ class AttachTest(unittest.TestCase):
         return proc
 
     def attach(self, pid, program, seconds):
+        # bpftrace attaches probes one by one and detaches them one by one:
+        # count only between BEGIN (all attached) and the interval that
+        # ends the run, using the predicate ACTIVE.
         full = ('BEGIN { @start = nsecs; } %s '
-                'interval:ms:%d { exit(); }' % (program, seconds * 1000))
+                'interval:ms:%d { @stop = 1; exit(); }'
+                % (program.replace("ACTIVE", "@start != 0 && @stop == 0"),
+                   seconds * 1000))
         proc = run(["bpftrace", "-q", "-p", str(pid), "-e", full],
                    timeout=60 + seconds)
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
@@ -47,9 +52,9 @@ class AttachTest(unittest.TestCase):
         require_bpftrace(self)
         proc = self.start("threaded", 20)
         program = (
-            'usdt:%(p)s:python:function__entry /pid == %(pid)d/ '
+            'usdt:%(p)s:python:function__entry /pid == %(pid)d && ACTIVE/ '
             '{ @entry = count(); } '
-            'usdt:%(p)s:python:function__return /pid == %(pid)d/ '
+            'usdt:%(p)s:python:function__return /pid == %(pid)d && ACTIVE/ '
             '{ @return = count(); }' % {"p": PYTHON, "pid": proc.pid})
         for attempt in range(3):
             counts = self.attach(proc.pid, program, 2)
@@ -68,9 +73,10 @@ class AttachTest(unittest.TestCase):
         require_bpftrace(self)
         proc = self.start("loop", 15)
         program = (
-            'usdt:%(p)s:python:line /pid == %(pid)d && @first == 0/ '
-            '{ @first = nsecs - @start; } '
-            'usdt:%(p)s:python:line /pid == %(pid)d/ { @lines = count(); }'
+            'usdt:%(p)s:python:line /pid == %(pid)d && @first == 0 && '
+            'ACTIVE/ { @first = nsecs - @start; } '
+            'usdt:%(p)s:python:line /pid == %(pid)d && ACTIVE/ '
+            '{ @lines = count(); }'
             % {"p": PYTHON, "pid": proc.pid})
         counts = self.attach(proc.pid, program, 3)
         self.assertGreater(counts.get("lines", 0), 0, counts)

@@ -7,7 +7,10 @@ per-thread, per-function counts.  It prints "ROLE <name> <native thread
 id>" for every thread that runs the corpus, so counts keyed by thread id
 can be matched between the two runs.
 
-usage: parity_corpus.py [--profile] [ROUNDS]
+usage: parity_corpus.py [--profile|--trace] [ROUNDS]
+
+--trace counts sys.settrace's line events per thread, function and line
+instead, for the line probe.
 """
 
 import sys
@@ -110,9 +113,11 @@ def drive(coroutine):
 EXEC_FILENAME = "<parity-exec>"
 EXEC_SOURCE = compile("def executed():\n    return 1\nexecuted()\n",
                       EXEC_FILENAME, "exec")
-# Frames that straddle the start or end of profiling: not comparable.
-UNCOUNTED = {(__file__, "<module>"), (__file__, "main"),
-             (__file__, "profiler")}
+# Frames that run before profiling starts (the module and class bodies),
+# straddle its start and end (main), or are the hooks themselves.
+UNCOUNTED = {(__file__, name) for name in
+             ("<module>", "Widget", "Intercepting", "main", "profiler",
+              "tracer", "counted")}
 
 
 def corpus(rounds):
@@ -159,21 +164,36 @@ def worker(name, rounds):
 
 def main():
     args = sys.argv[1:]
-    profile = "--profile" in args
-    if profile:
-        args.remove("--profile")
+    mode = args.pop(0) if args and args[0].startswith("--") else None
     rounds = int(args[0]) if args else ROUNDS
     counts = {}
-    if profile:
-        def profiler(frame, event, arg):
-            code = frame.f_code
-            if event in ("call", "return") and \
-                    code.co_filename in (__file__, EXEC_FILENAME) and \
-                    (code.co_filename, code.co_name) not in UNCOUNTED:
-                key = (event, threading.get_native_id(), code.co_filename,
-                       code.co_name)
-                counts[key] = counts.get(key, 0) + 1
-        threading.setprofile_all_threads(profiler)
+
+    def counted(code):
+        return (code.co_filename in (__file__, EXEC_FILENAME)
+                and (code.co_filename, code.co_name) not in UNCOUNTED)
+
+    def profiler(frame, event, arg):
+        code = frame.f_code
+        if event in ("call", "return") and counted(code):
+            key = (event, threading.get_native_id(), code.co_filename,
+                   code.co_name)
+            counts[key] = counts.get(key, 0) + 1
+
+    def tracer(frame, event, arg):
+        code = frame.f_code
+        if event == "line" and counted(code):
+            key = ("line", threading.get_native_id(), code.co_filename,
+                   code.co_name, frame.f_lineno)
+            counts[key] = counts.get(key, 0) + 1
+        return tracer
+
+    hooks = {"--profile": threading.setprofile_all_threads,
+             "--trace": threading.settrace_all_threads, None: None}
+    if mode not in hooks:
+        sys.exit("usage: parity_corpus.py [--profile|--trace] [ROUNDS]")
+    install = hooks[mode]
+    if install:
+        install(profiler if mode == "--profile" else tracer)
     role("main")
     threads = [threading.Thread(target=worker, args=("thread-%d" % n, rounds))
                for n in (1, 2)]
@@ -182,10 +202,10 @@ def main():
     corpus(rounds)
     for t in threads:
         t.join()
-    if profile:
-        threading.setprofile_all_threads(None)
-        for (event, tid, filename, name), count in sorted(counts.items()):
-            print("COUNT", event, tid, filename, name, count)
+    if install:
+        install(None)
+        for key, count in sorted(counts.items()):
+            print("COUNT", *key, count)
 
 
 main()

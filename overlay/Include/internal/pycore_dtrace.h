@@ -1,0 +1,188 @@
+/* USDT (DTrace / SystemTap) probe helpers (cpython-usdt).
+ *
+ * The probes themselves are declared in Include/pydtrace.d; the generated
+ * PyDTrace_<PROBE>() and PyDTrace_<PROBE>_ENABLED() macros come from
+ * Include/pydtrace.h.  This header holds the glue between the interpreter
+ * and the probes; the implementation lives in Python/pydtrace_probes.c.
+ *
+ * Rules for every helper (and for any probe added in the future):
+ *   - arguments are computed only once the probe's semaphore is set;
+ *   - no Python object is allocated, no Python code runs, no exception is
+ *     set or cleared, and no NULL string is ever passed to a probe;
+ *   - the fast path (probe not armed) is a load of the semaphore, inlined
+ *     here.
+ *
+ * Adding a probe: declare it in Include/pydtrace.d, add a fire helper in
+ * Python/pydtrace_probes.c (use _PyDTrace_StrAsUTF8() for str arguments),
+ * an inline wrapper below and a one-line hook at the probe site.
+ */
+
+#ifndef Py_INTERNAL_DTRACE_H
+#define Py_INTERNAL_DTRACE_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef Py_BUILD_CORE
+#  error "this header requires Py_BUILD_CORE define"
+#endif
+
+#include "pydtrace.h"
+#include "pycore_instruments.h"     // PY_MONITORING_SYS_PROFILE_ID
+
+struct _PyInterpreterFrame;
+
+/* Size of the buffers used to convert non-ASCII str objects. */
+#define _PyDTrace_STRBUF_SIZE 256
+
+/* Return a NUL-terminated UTF-8 rendering of the str object *s* without
+ * allocating: the object's own data for compact ASCII strings or a cached
+ * UTF-8 representation, otherwise an encoding into *buf* (truncated at a
+ * character boundary, lone surrogates replaced with '?').  NULL or a non-str
+ * object gives "<unknown>". */
+extern const char *_PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size);
+
+#ifdef WITH_DTRACE
+
+/* Start-up, shutdown and fork hooks (Python/pylifecycle.c,
+ * Modules/posixmodule.c).  They manage the probe watcher thread, see
+ * Python/pydtrace_probes.c. */
+extern void _PyDTrace_Init(PyThreadState *tstate);
+extern void _PyDTrace_Fini(void);
+extern void _PyDTrace_BeforeFork(void);
+extern void _PyDTrace_AfterForkParent(void);
+extern void _PyDTrace_AfterForkChild(void);
+extern Py_ssize_t _PyDTrace_AdjustThreadCount(Py_ssize_t num_threads);
+
+/* PEP 669 events that the armed probes need on the legacy tool slot *tool*
+ * (PY_MONITORING_SYS_PROFILE_ID or PY_MONITORING_SYS_TRACE_ID). */
+extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,
+                                           int tool);
+
+/* Monitoring hooks (Python/instrumentation.c).  Given the tools that are
+ * about to be called for *event*, fire the probes fed by the legacy tool
+ * slots, then return *tools* minus the legacy slots that this thread has no
+ * sys.setprofile()/sys.settrace() function for. */
+extern uint8_t _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
+                                     struct _PyInterpreterFrame *frame,
+                                     _Py_CODEUNIT *instr, uint8_t tools);
+extern uint8_t _PyDTrace_LegacyJump(PyThreadState *tstate,
+                                    struct _PyInterpreterFrame *frame,
+                                    _Py_CODEUNIT *instr, _Py_CODEUNIT *target,
+                                    uint8_t tools);
+extern void _PyDTrace_FireLine(struct _PyInterpreterFrame *frame, int line);
+
+#define _PyDTrace_LEGACY_TOOLS \
+    ((1 << PY_MONITORING_SYS_PROFILE_ID) | (1 << PY_MONITORING_SYS_TRACE_ID))
+
+static inline uint8_t
+_PyDTrace_FilterTools(PyThreadState *tstate, int event,
+                      struct _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
+                      uint8_t tools)
+{
+    if (tools & _PyDTrace_LEGACY_TOOLS) {
+        return _PyDTrace_LegacyEvent(tstate, event, frame, instr, tools);
+    }
+    return tools;
+}
+
+static inline uint8_t
+_PyDTrace_FilterJump(PyThreadState *tstate,
+                     struct _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
+                     _Py_CODEUNIT *target, uint8_t tools)
+{
+    if (tools & (1 << PY_MONITORING_SYS_TRACE_ID)) {
+        return _PyDTrace_LegacyJump(tstate, frame, instr, target, tools);
+    }
+    return tools;
+}
+
+/* LINE event delivered to the sys.settrace() tool slot. */
+static inline void
+_PyDTrace_Line(struct _PyInterpreterFrame *frame, int line)
+{
+    if (PyDTrace_LINE_ENABLED()) {
+        _PyDTrace_FireLine(frame, line);
+    }
+}
+
+/* Instances of classes whose tp_dealloc is subtype_dealloc (classes defined
+ * in Python).  See Objects/typeobject.c for the probe sites. */
+extern void _PyDTrace_FireInstanceNewStart(PyTypeObject *type);
+extern void _PyDTrace_FireInstanceNewDone(PyTypeObject *type);
+extern PyTypeObject *_PyDTrace_FireInstanceDeleteStart(PyTypeObject *type);
+extern void _PyDTrace_FireInstanceDeleteDone(PyTypeObject *type);
+
+/* *cond* is only evaluated when the probe is armed. */
+#define _PyDTrace_INSTANCE_NEW_START(type, cond) \
+    do { \
+        if (PyDTrace_INSTANCE_NEW_START_ENABLED() && (cond)) { \
+            _PyDTrace_FireInstanceNewStart(type); \
+        } \
+    } while (0)
+
+#define _PyDTrace_INSTANCE_NEW_DONE(type, cond) \
+    do { \
+        if (PyDTrace_INSTANCE_NEW_DONE_ENABLED() && (cond)) { \
+            _PyDTrace_FireInstanceNewDone(type); \
+        } \
+    } while (0)
+
+/* Fire instance__delete__start; return a strong reference to *type* to be
+ * passed to _PyDTrace_InstanceDeleteDone() if instance__delete__done is
+ * armed (the type may otherwise be freed by the base tp_dealloc). */
+static inline PyTypeObject *
+_PyDTrace_InstanceDeleteStart(PyTypeObject *type)
+{
+    if (PyDTrace_INSTANCE_DELETE_START_ENABLED()
+        || PyDTrace_INSTANCE_DELETE_DONE_ENABLED())
+    {
+        return _PyDTrace_FireInstanceDeleteStart(type);
+    }
+    return NULL;
+}
+
+static inline void
+_PyDTrace_InstanceDeleteDone(PyTypeObject *type)
+{
+    if (type != NULL) {
+        _PyDTrace_FireInstanceDeleteDone(type);
+    }
+}
+
+#else  /* !WITH_DTRACE */
+
+static inline void _PyDTrace_Init(PyThreadState *tstate) { (void)tstate; }
+static inline void _PyDTrace_Fini(void) {}
+static inline void _PyDTrace_BeforeFork(void) {}
+static inline void _PyDTrace_AfterForkParent(void) {}
+static inline void _PyDTrace_AfterForkChild(void) {}
+
+static inline Py_ssize_t
+_PyDTrace_AdjustThreadCount(Py_ssize_t num_threads)
+{
+    return num_threads;
+}
+
+static inline uint32_t
+_PyDTrace_LegacyToolEvents(PyInterpreterState *interp, int tool)
+{
+    (void)interp;
+    (void)tool;
+    return 0;
+}
+
+#define _PyDTrace_FilterTools(tstate, event, frame, instr, tools) (tools)
+#define _PyDTrace_FilterJump(tstate, frame, instr, target, tools) (tools)
+#define _PyDTrace_Line(frame, line) ((void)0)
+#define _PyDTrace_INSTANCE_NEW_START(type, cond) ((void)0)
+#define _PyDTrace_INSTANCE_NEW_DONE(type, cond) ((void)0)
+#define _PyDTrace_InstanceDeleteStart(type) ((PyTypeObject *)NULL)
+#define _PyDTrace_InstanceDeleteDone(type) ((void)(type))
+
+#endif  /* !WITH_DTRACE */
+
+#ifdef __cplusplus
+}
+#endif
+#endif  /* !Py_INTERNAL_DTRACE_H */
