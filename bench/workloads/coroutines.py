@@ -1,8 +1,7 @@
 """Coroutines: asyncio tasks, gather, queues, nested awaits (no timers: deterministic)."""
 import asyncio
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 
 async def leaf(x):
@@ -56,11 +55,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

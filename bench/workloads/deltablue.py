@@ -1,9 +1,8 @@
 """DeltaBlue-like incremental constraint solver: variables, stay/edit/equality/scale
 constraints with a strength hierarchy, incremental add/remove and plan extraction.
 (Own implementation of the published algorithm; chain and projection scenarios.)"""
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 REQUIRED, STRONG_PREFERRED, PREFERRED, STRONG_DEFAULT, NORMAL, WEAK_DEFAULT, WEAKEST = range(7)
 NONE, FORWARD, BACKWARD = 0, 1, 2
@@ -379,11 +378,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

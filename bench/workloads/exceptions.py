@@ -1,7 +1,6 @@
 """Exceptions: raise/catch across frames, custom classes, finally, context managers."""
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 
 class AppError(Exception):
@@ -69,11 +68,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

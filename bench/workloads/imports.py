@@ -5,9 +5,12 @@ The modules are written to $BENCH_WORKDIR/imp (run.py passes a fixed path of the
 length for every interpreter, keeping instruction counts comparable) or to a temp dir.
 """
 import importlib
-import os, sys, time, shutil, tempfile
+import os
+import shutil
+import sys
+import tempfile
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 NMOD = 40
 
 TEMPLATE = '''\
@@ -77,11 +80,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

@@ -1,7 +1,6 @@
 """Float arithmetic: n-body gravitational simulation (5 bodies, symplectic Euler)."""
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 PI = 3.14159265358979323
 SOLAR_MASS = 4 * PI * PI
@@ -84,11 +83,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

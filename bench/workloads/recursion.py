@@ -1,7 +1,7 @@
 """Call-heavy: deep and wide recursion (fib, ackermann, tree building/walking)."""
-import os, sys, time
+import sys
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 
 def fib(n):
@@ -41,12 +41,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    sys.setrecursionlimit(10000)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run, setup=lambda: sys.setrecursionlimit(10000))

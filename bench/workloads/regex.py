@@ -1,8 +1,7 @@
 """re matching: compiled patterns, findall/sub/split, callbacks, groups."""
 import re
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 LINE = ("2024-03-{d:02d} 12:{m:02d}:07 host{h}.example.org GET /api/v{v}/items/{i}?q=abc{i} "
         "status={s} bytes={b} user=<user{i}@mail.example.com> ref=https://x.example/{h}/{m}")
@@ -30,11 +29,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

@@ -1,9 +1,8 @@
 """Richards-like OS scheduler simulation: task control blocks on a priority list,
 packets passed between an idle task, a worker, two handlers and two devices.
 (Own implementation of the classic idea; not a port of any benchmark suite.)"""
-import os, sys, time
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 IDLE, WORKER, HANDLER_A, HANDLER_B, DEVICE_A, DEVICE_B = range(6)
 KIND_DEVICE, KIND_WORK = 0, 1
@@ -227,11 +226,4 @@ def run(scale):
 
 
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run)

@@ -5,9 +5,10 @@ thread interleaving is not.
 """
 import queue
 import threading
-import os, sys, time
+import os
+import sys
 
-SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+from _harness import SCALE, bench_main
 
 
 def work(n):
@@ -70,14 +71,12 @@ def run(scale):
     return acc
 
 
+def set_switch_interval():
+    # bench/run.py sets it for cachegrind runs, for repeatable counts.
+    interval = os.environ.get("BENCH_SWITCH_INTERVAL")
+    if interval:
+        sys.setswitchinterval(float(interval))
+
+
 if __name__ == "__main__":
-    if os.environ.get("BENCH_DRYRUN"):  # startup + module body only (armed-probe baseline)
-        sys.exit(0)
-    if os.environ.get("BENCH_SWITCH_INTERVAL"):  # run.py sets it for cachegrind runs
-        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
-    t0 = time.perf_counter_ns()
-    chk = run(SCALE)
-    t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
-        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
-    print(chk)
+    bench_main(run, setup=set_switch_interval)

@@ -1,0 +1,29 @@
+"""The entry point every workload shares: scale, dry run, timing, checksum.
+
+Environment, set by bench/run.py:
+  BENCH_SCALE     work multiplier (default 1.0; cachegrind runs use less)
+  BENCH_DRYRUN    stop after start-up and the module body: the baseline
+                  that armed-probe hit counts are measured against
+  BENCH_TIMING    print the timed region's duration as elapsed_ns= on
+                  stderr
+"""
+
+import os
+import sys
+import time
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+
+
+def bench_main(run, setup=None):
+    """Run run(SCALE) once, timed, and print its checksum."""
+    if os.environ.get("BENCH_DRYRUN"):
+        sys.exit(0)
+    if setup is not None:
+        setup()
+    t0 = time.perf_counter_ns()
+    checksum = run(SCALE)
+    t1 = time.perf_counter_ns()
+    if os.environ.get("BENCH_TIMING"):
+        print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
+    print(checksum)
