@@ -883,7 +883,7 @@ def render_md(data, json_rel, png_rel):
             L.append(f"Floor: not measured ({fl.get('error') or fl.get('note')}).\n")
         L.append("| probe(s) | workload | scale | hits | unarmed ms | armed ms | armed/unarmed | ns/hit [range] "
                  "| floor ns/hit | interpreter share ns/hit | own path, no trap ns/hit |")
-        L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for cse in ar["cases"]:
             if cse.get("ns_per_hit") is None:
                 why = cse.get("error") or cse.get("note") or "n/a"
