@@ -1,4 +1,4 @@
-"""Tier 3: bpftrace fires a real USDT probe of the built interpreter."""
+"""Tier 3: bpftrace fires real USDT probes of the built interpreter."""
 
 import os
 import tempfile
@@ -34,6 +34,24 @@ class BpftraceSmokeTest(unittest.TestCase):
         self.assertGreaterEqual(counts.get(0, 0), 1, proc.stdout)
         self.assertGreaterEqual(counts.get(1, 0), 2, proc.stdout)
         self.assertGreaterEqual(counts.get(2, 0), 2, proc.stdout)
+
+    def test_audit_fires(self):
+        # audit(event, tuple): one hit per sys.audit() call of our event.
+        require_bpftrace(self)
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "audit.py")
+            with open(script, "w") as f:
+                f.write(textwrap.dedent("""\
+                    import sys
+                    for i in range(3):
+                        sys.audit("cpython_usdt.test", i)
+                """))
+            proc = Bpftrace.run(
+                'usdt:%s:python:audit /pid == cpid && '
+                'str(arg0) == "cpython_usdt.test"/ { @hits = count(); }'
+                % PYTHON, script)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertIn("@hits: 3", proc.stdout.splitlines(), proc.stdout)
 
 
 if __name__ == "__main__":
