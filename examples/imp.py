@@ -1,0 +1,7 @@
+import json
+import decimal
+
+try:
+    import yaml
+except ImportError:
+    pass
