@@ -17,7 +17,7 @@ export SERIES
 
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
-	patch-queue patch-export bench bench-quick
+	patch-queue patch-export bench bench-quick demo
 
 all: build
 
@@ -57,6 +57,11 @@ build: deps $(B)/obj/Makefile
 check: build
 	tools/check $(B)/obj
 	tools/regrtest $(B)/obj subset
+
+# The README's two bpftrace examples on the built interpreter, with their
+# real output; without root or BPF, bpftrace's error and what is missing.
+demo: build
+	tools/demo $(B)/obj
 
 # Upstream's whole regression suite on our build and on a pristine build of
 # the same version; the results must be the same.
