@@ -27,28 +27,19 @@
  * Like the legacy callbacks, no probe fires while tstate->tracing is set
  * (i.e. inside a sys.setprofile()/sys.settrace()/sys.monitoring callback).
  *
- * Arming: probe semaphores are bumped by the tracer without any
- * notification.  They are checked once at start-up (_PyDTrace_Init()), and a
- * native watcher thread (no Python thread state) polls them every 100 ms; on
- * a change it schedules dtrace_reconfigure() with _PyEval_AddPendingCall() so
- * the event sets are updated by a thread holding the GIL at its next
- * eval-breaker check.  The watcher thread can be disabled by setting the
- * environment variable PYTHONDTRACEWATCH=0 (probes armed after start-up are
- * then only noticed at the next sys.setprofile()/sys.settrace() call).  Only
- * the main interpreter is handled.
+ * Arming (adding the events to the legacy slots when a semaphore changes)
+ * is in Python/pydtrace_arming.c.  Every interpreter fires these probes.
  */
 
 #include "Python.h"
-#include "pycore_ceval.h"         // _PyEval_AddPendingCall()
 #include "pycore_code.h"          // _PyCode_CODE()
-#include "pycore_dict.h"          // _PyDict_HasOnlyStringKeys()
+#include "pycore_dict.h"          // DK_IS_UNICODE()
 #include "pycore_dtrace.h"
 #include "pycore_frame.h"         // _PyInterpreterFrame
-#include "pycore_initconfig.h"    // _Py_GetEnv()
-#include "pycore_instruments.h"   // _PyMonitoring_SetEvents()
-#include "pycore_interp.h"        // PyInterpreterState.sys_profiling_threads
+#include "pycore_instruments.h"   // _Py_Instrumentation_GetLine()
 #include "pycore_pyatomic_ft_wrappers.h"
 #include "pycore_pystate.h"       // _PyThreadState_GET()
+#include "pycore_tuple.h"         // _PyTuple_FromArray()
 
 #include <string.h>
 
@@ -126,276 +117,6 @@ _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
 }
 
 #ifdef WITH_DTRACE
-
-/* ------------------------------------------------------------------------
- * Arming
- * ------------------------------------------------------------------------ */
-
-#define ARMED_FUNCTION 0x1
-#define ARMED_LINE 0x2
-
-/* Event sets installed by Python/legacy_tracing.c when some thread has a
- * profile/trace function (kept in sync with _PyEval_SetProfile() and
- * _PyEval_SetTrace()). */
-#define EV(name) (1 << PY_MONITORING_EVENT_ ## name)
-#define FUNCTION_EVENTS \
-    (EV(PY_START) | EV(PY_RESUME) | EV(PY_THROW) \
-     | EV(PY_RETURN) | EV(PY_YIELD) | EV(PY_UNWIND))
-#define LINE_EVENTS (EV(LINE) | EV(JUMP))
-#define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
-#define LEGACY_TRACE_EVENTS \
-    (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
-
-static int
-probes_armed(void)
-{
-    int armed = 0;
-    if (PyDTrace_FUNCTION_ENTRY_ENABLED()
-        || PyDTrace_FUNCTION_RETURN_ENABLED())
-    {
-        armed |= ARMED_FUNCTION;
-    }
-    if (PyDTrace_LINE_ENABLED()) {
-        armed |= ARMED_LINE;
-    }
-    return armed;
-}
-
-uint32_t
-_PyDTrace_LegacyToolEvents(PyInterpreterState *interp, int tool)
-{
-    if (!_Py_IsMainInterpreter(interp)) {
-        return 0;
-    }
-    int armed = probes_armed();
-    if (tool == PY_MONITORING_SYS_PROFILE_ID && (armed & ARMED_FUNCTION)) {
-        return FUNCTION_EVENTS;
-    }
-    if (tool == PY_MONITORING_SYS_TRACE_ID && (armed & ARMED_LINE)) {
-        return LINE_EVENTS;
-    }
-    return 0;
-}
-
-/* Install on both legacy slots: (what legacy tracing needs) | (what the
- * armed probes need).  Called with the GIL held (or attached, free-threaded
- * build) in the main interpreter. */
-static void
-dtrace_configure(PyInterpreterState *interp)
-{
-    uint32_t profile = 0;
-    uint32_t trace = 0;
-#ifdef Py_GIL_DISABLED
-    PyMutex_Lock(&_PyRuntime.ceval.sys_trace_profile_mutex);
-#endif
-    if (interp->sys_profiling_threads) {
-        profile = LEGACY_PROFILE_EVENTS;
-    }
-    if (interp->sys_tracing_threads) {
-        trace = LEGACY_TRACE_EVENTS;
-    }
-#ifdef Py_GIL_DISABLED
-    PyMutex_Unlock(&_PyRuntime.ceval.sys_trace_profile_mutex);
-#endif
-    profile |= _PyDTrace_LegacyToolEvents(interp,
-                                          PY_MONITORING_SYS_PROFILE_ID);
-    trace |= _PyDTrace_LegacyToolEvents(interp, PY_MONITORING_SYS_TRACE_ID);
-
-    PyObject *exc = PyErr_GetRaisedException();
-    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
-        PyErr_Clear();
-    }
-    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
-        PyErr_Clear();
-    }
-    PyErr_SetRaisedException(exc);
-}
-
-/* ------------------------------------------------------------------------
- * Watcher thread
- * ------------------------------------------------------------------------ */
-
-#include <pthread.h>
-#include <time.h>
-
-#define WATCH_INTERVAL_NS (100 * 1000 * 1000)
-
-static struct {
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    pthread_t thread;
-    int enabled;        /* PYTHONDTRACEWATCH is not "0" */
-    int running;        /* the thread exists (not joined yet) */
-    int exited;         /* the thread left its loop on its own */
-    int stop;           /* stop request */
-    int finalizing;     /* Py_Finalize() started: no more reconfiguration */
-    int last_armed;     /* armed state last seen and scheduled */
-    PyInterpreterState *interp;
-} watcher = {
-    .mutex = PTHREAD_MUTEX_INITIALIZER,
-    .cond = PTHREAD_COND_INITIALIZER,
-};
-
-/* Pending call: runs in a thread of the main interpreter, at its next
- * eval-breaker check. */
-static int
-dtrace_reconfigure(void *Py_UNUSED(arg))
-{
-    PyThreadState *tstate = _PyThreadState_GET();
-    if (tstate == NULL || !_Py_IsMainInterpreter(tstate->interp)
-        || _Py_atomic_load_int(&watcher.finalizing))
-    {
-        return 0;
-    }
-    dtrace_configure(tstate->interp);
-    return 0;
-}
-
-static void *
-watcher_main(void *Py_UNUSED(arg))
-{
-    pthread_mutex_lock(&watcher.mutex);
-    while (!watcher.stop) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_nsec += WATCH_INTERVAL_NS;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec += 1;
-            deadline.tv_nsec -= 1000000000;
-        }
-        (void)pthread_cond_timedwait(&watcher.cond, &watcher.mutex,
-                                     &deadline);
-        if (watcher.stop) {
-            break;
-        }
-        /* A native thread keeps the process alive: leave once the
-         * interpreter has no thread left, e.g. in a child forked from a
-         * non-main thread, whose only thread exits with pthread_exit(). */
-        if (_Py_atomic_load_ptr_relaxed(&watcher.interp->threads.head)
-            == NULL)
-        {
-            watcher.exited = 1;
-            break;
-        }
-        int armed = probes_armed();
-        if (armed == watcher.last_armed) {
-            continue;
-        }
-        pthread_mutex_unlock(&watcher.mutex);
-        _Py_add_pending_call_result res = _PyEval_AddPendingCall(
-            watcher.interp, dtrace_reconfigure, NULL, 0);
-        pthread_mutex_lock(&watcher.mutex);
-        if (res == _Py_ADD_PENDING_SUCCESS) {
-            watcher.last_armed = armed;
-        }
-        /* else: queue full, retry at the next poll */
-    }
-    pthread_mutex_unlock(&watcher.mutex);
-    return NULL;
-}
-
-static void
-watcher_start(void)
-{
-    pthread_mutex_lock(&watcher.mutex);
-    if (watcher.enabled && !watcher.running && !watcher.finalizing) {
-        sigset_t all, old;
-        watcher.stop = 0;
-        watcher.exited = 0;
-        /* The watcher must never handle a signal. */
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        if (pthread_create(&watcher.thread, NULL, watcher_main, NULL) == 0) {
-            watcher.running = 1;
-        }
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
-    pthread_mutex_unlock(&watcher.mutex);
-}
-
-static void
-watcher_stop(void)
-{
-    pthread_mutex_lock(&watcher.mutex);
-    if (!watcher.running) {
-        pthread_mutex_unlock(&watcher.mutex);
-        return;
-    }
-    watcher.stop = 1;
-    pthread_cond_signal(&watcher.cond);
-    pthread_mutex_unlock(&watcher.mutex);
-    (void)pthread_join(watcher.thread, NULL);
-    pthread_mutex_lock(&watcher.mutex);
-    watcher.running = 0;
-    pthread_mutex_unlock(&watcher.mutex);
-}
-
-void
-_PyDTrace_Init(PyThreadState *tstate)
-{
-    PyInterpreterState *interp = tstate->interp;
-    if (!_Py_IsMainInterpreter(interp)) {
-        return;
-    }
-    /* PYTHONDTRACEWATCH=0 disables the watcher thread (ignored with -E). */
-    const PyConfig *config = _PyInterpreterState_GetConfig(interp);
-    const char *env = _Py_GetEnv(config->use_environment,
-                                 "PYTHONDTRACEWATCH");
-    watcher.enabled = !(env != NULL && strcmp(env, "0") == 0);
-    watcher.interp = interp;
-    watcher.finalizing = 0;
-
-    /* Probes armed before start-up (e.g. bpftrace -c): arm now so that the
-     * program's first statement is seen. */
-    watcher.last_armed = probes_armed();
-    if (watcher.last_armed) {
-        dtrace_configure(interp);
-    }
-    watcher_start();
-}
-
-void
-_PyDTrace_Fini(void)
-{
-    _Py_atomic_store_int(&watcher.finalizing, 1);
-    watcher_stop();
-}
-
-void
-_PyDTrace_BeforeFork(void)
-{
-    watcher_stop();
-}
-
-void
-_PyDTrace_AfterForkParent(void)
-{
-    watcher_start();
-}
-
-void
-_PyDTrace_AfterForkChild(void)
-{
-    /* The thread was joined before fork(); only re-create the sync
-     * primitives in case fork() happened without PyOS_BeforeFork(). */
-    pthread_mutex_init(&watcher.mutex, NULL);
-    pthread_cond_init(&watcher.cond, NULL);
-    watcher.running = 0;
-    watcher_start();
-}
-
-/* os.fork() warns when the process has more than one thread: don't count
- * the watcher. */
-Py_ssize_t
-_PyDTrace_AdjustThreadCount(Py_ssize_t num_threads)
-{
-    pthread_mutex_lock(&watcher.mutex);
-    if (watcher.running && !watcher.exited && num_threads > 1) {
-        num_threads--;
-    }
-    pthread_mutex_unlock(&watcher.mutex);
-    return num_threads;
-}
 
 /* ------------------------------------------------------------------------
  * function__entry, function__return, line
@@ -517,14 +238,16 @@ _PyDTrace_FireLine(_PyInterpreterFrame *frame, int line)
  * ------------------------------------------------------------------------ */
 
 /* The module name of a heap type: its own __module__ entry.  The lookup is
- * only done if the type dict has str keys only, so that no __eq__ can run;
- * it neither sets nor clears an exception. */
+ * only done in a dict whose keys are all exact str objects (a "unicode"
+ * keys table: a str subclass key converts the table to the general kind),
+ * where comparing keys never calls __eq__.  It neither sets nor clears an
+ * exception. */
 static const char *
 type_module_name(PyTypeObject *type, char *buf, size_t size)
 {
     PyObject *dict = type->tp_dict;
     if (dict == NULL || !PyDict_CheckExact(dict)
-        || !_PyDict_HasOnlyStringKeys(dict))
+        || !DK_IS_UNICODE(((PyDictObject *)dict)->ma_keys))
     {
         return UNKNOWN;
     }
@@ -575,6 +298,62 @@ _PyDTrace_FireInstanceDeleteDone(PyTypeObject *type)
         FIRE_INSTANCE(PyDTrace_INSTANCE_DELETE_DONE, type);
     }
     Py_DECREF(type);
+}
+
+/* ------------------------------------------------------------------------
+ * import__find__load__start/done (Python/import.c), audit
+ * (Python/sysmodule.c): upstream's probes, with arguments that follow the
+ * rules of pycore_dtrace.h
+ * ------------------------------------------------------------------------ */
+
+void
+_PyDTrace_FireImportStart(PyObject *name)
+{
+    char buf[_PyDTrace_STRBUF_SIZE];
+    PyDTrace_IMPORT_FIND_LOAD_START(
+        _PyDTrace_StrAsUTF8(name, buf, sizeof(buf)));
+}
+
+void
+_PyDTrace_FireImportDone(PyObject *name, int found)
+{
+    char buf[_PyDTrace_STRBUF_SIZE];
+    PyDTrace_IMPORT_FIND_LOAD_DONE(
+        _PyDTrace_StrAsUTF8(name, buf, sizeof(buf)), found);
+}
+
+int
+_PyDTrace_AuditOnly(PyInterpreterState *interp)
+{
+    return (PyDTrace_AUDIT_ENABLED()
+            && interp->runtime->audit_hooks.head == NULL
+            && interp->audit_hooks == NULL);
+}
+
+void
+_PyDTrace_FireAuditFromPython(PyObject *event, PyObject *const *args,
+                              Py_ssize_t nargs)
+{
+    /* Without audit hooks sys.audit() accepts anything and does nothing:
+     * keep that, and report only str events. */
+    if (!PyUnicode_Check(event)) {
+        return;
+    }
+    char buf[_PyDTrace_STRBUF_SIZE];
+    const char *name = _PyDTrace_StrAsUTF8(event, buf, sizeof(buf));
+    /* The probe's second argument is the tuple of the event's arguments,
+     * as upstream passes it.  Building it is the one allocation of this
+     * probe; if it fails, the event is reported with an empty tuple. */
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *tuple = _PyTuple_FromArray(args, nargs);
+    if (tuple == NULL) {
+        PyErr_Clear();
+    }
+    PyErr_SetRaisedException(exc);
+    PyDTrace_AUDIT(name, tuple != NULL ? (void *)tuple
+                                       : (void *)Py_GetConstantBorrowed(
+                                             Py_CONSTANT_EMPTY_TUPLE));
+    Py_XDECREF(tuple);
 }
 
 #endif  /* WITH_DTRACE */

@@ -10,7 +10,11 @@
  *   - no Python object is allocated, no Python code runs, no exception is
  *     set or cleared, and no NULL string is ever passed to a probe;
  *   - the fast path (probe not armed) is a load of the semaphore, inlined
- *     here.
+ *     here;
+ *   - arming a probe changes nothing that Python code, a debugger, a
+ *     profiler or a coverage tool can observe (sys.monitoring state,
+ *     sys.getprofile()/gettrace(), the events other tools receive, the
+ *     exceptions a call raises).
  *
  * Adding a probe: declare it in Include/pydtrace.d, add a fire helper in
  * Python/pydtrace_probes.c (use _PyDTrace_StrAsUTF8() for str arguments),
@@ -28,6 +32,7 @@ extern "C" {
 #endif
 
 #include "pydtrace.h"
+#include "pycore_initconfig.h"      // PyStatus
 #include "pycore_instruments.h"     // PY_MONITORING_SYS_PROFILE_ID
 
 struct _PyInterpreterFrame;
@@ -45,10 +50,10 @@ extern const char *_PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size);
 #ifdef WITH_DTRACE
 
 /* Start-up, shutdown and fork hooks (Python/pylifecycle.c,
- * Modules/posixmodule.c).  They manage the probe watcher thread, see
- * Python/pydtrace_probes.c. */
-extern void _PyDTrace_Init(PyThreadState *tstate);
-extern void _PyDTrace_Fini(void);
+ * Modules/posixmodule.c).  They arm the probes in each interpreter and
+ * manage the probe watcher thread, see Python/pydtrace_arming.c. */
+extern PyStatus _PyDTrace_Init(PyThreadState *tstate);
+extern void _PyDTrace_Fini(PyInterpreterState *interp);
 extern void _PyDTrace_BeforeFork(void);
 extern void _PyDTrace_AfterForkParent(void);
 extern void _PyDTrace_AfterForkChild(void);
@@ -58,6 +63,11 @@ extern Py_ssize_t _PyDTrace_AdjustThreadCount(Py_ssize_t num_threads);
  * (PY_MONITORING_SYS_PROFILE_ID or PY_MONITORING_SYS_TRACE_ID). */
 extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,
                                            int tool);
+
+/* *tools* without the legacy slots that only the probes use, for
+ * sys.monitoring._all_events(). */
+extern uint8_t _PyDTrace_VisibleTools(PyInterpreterState *interp,
+                                      uint8_t tools);
 
 /* Monitoring hooks (Python/instrumentation.c).  Given the tools that are
  * about to be called for *event*, fire the probes fed by the legacy tool
@@ -150,10 +160,42 @@ _PyDTrace_InstanceDeleteDone(PyTypeObject *type)
     }
 }
 
+/* import__find__load__start/done (Python/import.c). */
+extern void _PyDTrace_FireImportStart(PyObject *name);
+extern void _PyDTrace_FireImportDone(PyObject *name, int found);
+
+#define _PyDTrace_IMPORT_FIND_LOAD_START(name) \
+    do { \
+        if (PyDTrace_IMPORT_FIND_LOAD_START_ENABLED()) { \
+            _PyDTrace_FireImportStart(name); \
+        } \
+    } while (0)
+
+#define _PyDTrace_IMPORT_FIND_LOAD_DONE(name, found) \
+    do { \
+        if (PyDTrace_IMPORT_FIND_LOAD_DONE_ENABLED()) { \
+            _PyDTrace_FireImportDone((name), (found)); \
+        } \
+    } while (0)
+
+/* sys.audit() (Python/sysmodule.c): true when the audit probe is the only
+ * consumer of audit events, then _PyDTrace_FireAuditFromPython() reports
+ * the event without the errors that audit hooks would add. */
+extern int _PyDTrace_AuditOnly(PyInterpreterState *interp);
+extern void _PyDTrace_FireAuditFromPython(PyObject *event,
+                                          PyObject *const *args,
+                                          Py_ssize_t nargs);
+
 #else  /* !WITH_DTRACE */
 
-static inline void _PyDTrace_Init(PyThreadState *tstate) { (void)tstate; }
-static inline void _PyDTrace_Fini(void) {}
+static inline PyStatus
+_PyDTrace_Init(PyThreadState *tstate)
+{
+    (void)tstate;
+    return _PyStatus_OK();
+}
+
+static inline void _PyDTrace_Fini(PyInterpreterState *interp) { (void)interp; }
 static inline void _PyDTrace_BeforeFork(void) {}
 static inline void _PyDTrace_AfterForkParent(void) {}
 static inline void _PyDTrace_AfterForkChild(void) {}
@@ -172,6 +214,23 @@ _PyDTrace_LegacyToolEvents(PyInterpreterState *interp, int tool)
     return 0;
 }
 
+static inline uint8_t
+_PyDTrace_VisibleTools(PyInterpreterState *interp, uint8_t tools)
+{
+    (void)interp;
+    return tools;
+}
+
+static inline int
+_PyDTrace_AuditOnly(PyInterpreterState *interp)
+{
+    (void)interp;
+    return 0;
+}
+
+#define _PyDTrace_FireAuditFromPython(event, args, nargs) ((void)0)
+#define _PyDTrace_IMPORT_FIND_LOAD_START(name) ((void)0)
+#define _PyDTrace_IMPORT_FIND_LOAD_DONE(name, found) ((void)0)
 #define _PyDTrace_FilterTools(tstate, event, frame, instr, tools) (tools)
 #define _PyDTrace_FilterJump(tstate, frame, instr, target, tools) (tools)
 #define _PyDTrace_Line(frame, line) ((void)0)

@@ -1,0 +1,448 @@
+/* Arming the USDT probes that need instrumentation (cpython-usdt).
+ *
+ * function__entry, function__return and line fire from the PEP 669 events
+ * of the two tool slots reserved for legacy tracing (see
+ * Python/pydtrace_probes.c).  A tracer arms a probe by bumping its
+ * semaphore, without notifying the process, so this file notices the
+ * change and adds the events the armed probes need to those slots, in
+ * every interpreter:
+ *
+ *   - once when an interpreter starts, before its first Python frame
+ *     (_PyDTrace_Init(), called from pycore_interp_init()), so a tracer
+ *     present at start-up sees importlib's bootstrap, encodings and site;
+ *   - afterwards from a native watcher thread ("py-usdt-watch", no thread
+ *     state) that reads the semaphores once per second and, on a change,
+ *     schedules dtrace_reconfigure() as a pending call in each interpreter
+ *     whose event sets are out of date.  The pending call runs at the next
+ *     eval-breaker check of a thread of that interpreter.
+ *
+ * The watcher is disabled with -X dtrace_watch=0 or PYTHONDTRACEWATCH=0;
+ * probes armed later are then only noticed at the next sys.setprofile() or
+ * sys.settrace() call.
+ *
+ * Arming must stay invisible to Python code: the events that only the
+ * probes need are hidden from sys.monitoring._all_events()
+ * (_PyDTrace_VisibleTools()), and instrumentation.c drops the legacy slots
+ * from the tools it calls for threads without a profile/trace function.
+ */
+
+#include "Python.h"
+#include "pycore_ceval.h"         // _PyEval_AddPendingCall()
+#include "pycore_dtrace.h"
+#include "pycore_initconfig.h"    // _PyStatus_ERR()
+#include "pycore_instruments.h"   // _PyMonitoring_SetEvents()
+#include "pycore_interp.h"        // PyInterpreterState.sys_profiling_threads
+#include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
+#include "pycore_pystate.h"       // _PyThreadState_GET()
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <wchar.h>
+
+#ifdef WITH_DTRACE
+
+#define ARMED_FUNCTION 0x1
+#define ARMED_LINE 0x2
+
+/* Event sets installed by Python/legacy_tracing.c when some thread has a
+ * profile/trace function (kept in sync with _PyEval_SetProfile() and
+ * _PyEval_SetTrace()). */
+#define EV(name) (1 << PY_MONITORING_EVENT_ ## name)
+#define FUNCTION_EVENTS \
+    (EV(PY_START) | EV(PY_RESUME) | EV(PY_THROW) \
+     | EV(PY_RETURN) | EV(PY_YIELD) | EV(PY_UNWIND))
+#define LINE_EVENTS (EV(LINE) | EV(JUMP))
+#define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
+#define LEGACY_TRACE_EVENTS \
+    (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
+
+/* One poll per second: at most one wakeup per second in an idle process,
+ * and a tracer attached with -p sees events within about a second. */
+#define WATCH_INTERVAL_S 1
+
+static int
+probes_armed(void)
+{
+    int armed = 0;
+    if (PyDTrace_FUNCTION_ENTRY_ENABLED()
+        || PyDTrace_FUNCTION_RETURN_ENABLED())
+    {
+        armed |= ARMED_FUNCTION;
+    }
+    if (PyDTrace_LINE_ENABLED()) {
+        armed |= ARMED_LINE;
+    }
+    return armed;
+}
+
+static uint32_t
+armed_events(int armed, int tool)
+{
+    if (tool == PY_MONITORING_SYS_PROFILE_ID && (armed & ARMED_FUNCTION)) {
+        return FUNCTION_EVENTS;
+    }
+    if (tool == PY_MONITORING_SYS_TRACE_ID && (armed & ARMED_LINE)) {
+        return LINE_EVENTS;
+    }
+    return 0;
+}
+
+uint32_t
+_PyDTrace_LegacyToolEvents(PyInterpreterState *Py_UNUSED(interp), int tool)
+{
+    return armed_events(probes_armed(), tool);
+}
+
+/* sys.monitoring._all_events() shows the legacy slots only while some
+ * thread has a profile/trace function, as without the probes. */
+uint8_t
+_PyDTrace_VisibleTools(PyInterpreterState *interp, uint8_t tools)
+{
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
+        tools &= ~(1 << PY_MONITORING_SYS_PROFILE_ID);
+    }
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
+        tools &= ~(1 << PY_MONITORING_SYS_TRACE_ID);
+    }
+    return tools;
+}
+
+/* Install on both legacy slots of the current thread's interpreter:
+ * (what legacy tracing needs) | (what the armed probes need).  Neither sets
+ * nor clears the caller's exception. */
+static void
+dtrace_configure(PyInterpreterState *interp, int armed)
+{
+    uint32_t profile = 0;
+    uint32_t trace = 0;
+#ifdef Py_GIL_DISABLED
+    PyMutex_Lock(&_PyRuntime.ceval.sys_trace_profile_mutex);
+#endif
+    if (interp->sys_profiling_threads) {
+        profile = LEGACY_PROFILE_EVENTS;
+    }
+    if (interp->sys_tracing_threads) {
+        trace = LEGACY_TRACE_EVENTS;
+    }
+#ifdef Py_GIL_DISABLED
+    PyMutex_Unlock(&_PyRuntime.ceval.sys_trace_profile_mutex);
+#endif
+    profile |= armed_events(armed, PY_MONITORING_SYS_PROFILE_ID);
+    trace |= armed_events(armed, PY_MONITORING_SYS_TRACE_ID);
+
+    PyObject *exc = PyErr_GetRaisedException();
+    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
+        PyErr_Clear();
+    }
+    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
+        PyErr_Clear();
+    }
+    PyErr_SetRaisedException(exc);
+}
+
+/* ------------------------------------------------------------------------
+ * Interpreters and the watcher thread
+ * ------------------------------------------------------------------------ */
+
+/* An interpreter whose event sets the watcher keeps up to date. */
+struct watched_interp {
+    PyInterpreterState *interp;
+    int applied;        /* armed state its event sets were made for */
+    int scheduled;      /* a dtrace_reconfigure() call is pending */
+    struct watched_interp *next;
+};
+
+static struct {
+    pthread_mutex_t mutex;      /* guards everything below */
+    pthread_cond_t cond;
+    pthread_t thread;
+    int enabled;        /* not disabled by -X dtrace_watch=0 or the env */
+    int running;        /* the thread exists (not joined yet) */
+    int exited;         /* the thread left its loop on its own */
+    int stop;           /* stop request */
+    int finalizing;     /* Py_Finalize() started: no more reconfiguration */
+    struct watched_interp *interps;
+} watcher = {
+    .mutex = PTHREAD_MUTEX_INITIALIZER,
+    .cond = PTHREAD_COND_INITIALIZER,
+};
+
+/* Called with watcher.mutex held. */
+static struct watched_interp *
+find_interp(PyInterpreterState *interp)
+{
+    for (struct watched_interp *w = watcher.interps; w; w = w->next) {
+        if (w->interp == interp) {
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* Pending call: runs in a thread of the interpreter it was scheduled for,
+ * at its next eval-breaker check. */
+static int
+dtrace_reconfigure(void *Py_UNUSED(arg))
+{
+    PyThreadState *tstate = _PyThreadState_GET();
+    if (tstate == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&watcher.mutex);
+    struct watched_interp *w = find_interp(tstate->interp);
+    int armed = probes_armed();
+    int configure = w != NULL && !watcher.finalizing;
+    if (w != NULL) {
+        w->scheduled = 0;
+        w->applied = armed;
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+    if (configure) {
+        dtrace_configure(tstate->interp, armed);
+    }
+    return 0;
+}
+
+static void
+wait_interval(void)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += WATCH_INTERVAL_S;
+    (void)pthread_cond_timedwait(&watcher.cond, &watcher.mutex, &deadline);
+}
+
+static void *
+watcher_main(void *Py_UNUSED(arg))
+{
+#ifdef __linux__
+    /* Named so that ps -L and top -H show what it is. */
+    (void)pthread_setname_np(pthread_self(), "py-usdt-watch");
+#endif
+    PyInterpreterState *main_interp = _PyInterpreterState_Main();
+    pthread_mutex_lock(&watcher.mutex);
+    while (!watcher.stop) {
+        wait_interval();
+        if (watcher.stop) {
+            break;
+        }
+        /* A native thread keeps the process alive: leave once the main
+         * interpreter has no thread left, e.g. in a child forked from a
+         * non-main thread, whose only thread exits with pthread_exit(). */
+        if (_Py_atomic_load_ptr_relaxed(&main_interp->threads.head)
+            == NULL)
+        {
+            watcher.exited = 1;
+            break;
+        }
+        int armed = probes_armed();
+        for (struct watched_interp *w = watcher.interps; w; w = w->next) {
+            if (w->applied == armed || w->scheduled) {
+                continue;
+            }
+            /* An interpreter is only unregistered with watcher.mutex held,
+             * so it stays alive during this call.  If the queue is full,
+             * retry at the next poll. */
+            if (_PyEval_AddPendingCall(w->interp, dtrace_reconfigure, NULL, 0)
+                == _Py_ADD_PENDING_SUCCESS)
+            {
+                w->scheduled = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+    return NULL;
+}
+
+static void
+watcher_start(void)
+{
+    pthread_mutex_lock(&watcher.mutex);
+    if (watcher.enabled && !watcher.running && !watcher.finalizing) {
+        sigset_t all, old;
+        watcher.stop = 0;
+        watcher.exited = 0;
+        /* The watcher must never handle a signal. */
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&watcher.thread, NULL, watcher_main, NULL) == 0) {
+            watcher.running = 1;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+}
+
+static void
+watcher_stop(void)
+{
+    pthread_mutex_lock(&watcher.mutex);
+    if (!watcher.running) {
+        pthread_mutex_unlock(&watcher.mutex);
+        return;
+    }
+    watcher.stop = 1;
+    pthread_cond_signal(&watcher.cond);
+    pthread_mutex_unlock(&watcher.mutex);
+    (void)pthread_join(watcher.thread, NULL);
+    pthread_mutex_lock(&watcher.mutex);
+    watcher.running = 0;
+    pthread_mutex_unlock(&watcher.mutex);
+}
+
+/* -X dtrace_watch[=0|1] wins over PYTHONDTRACEWATCH=0|1 (ignored with -E
+ * and -I); the watcher runs unless one of them says 0.  Returns 1 or 0, or
+ * -1 with *bad set to the offending setting. */
+static int
+watch_setting(const PyConfig *config, const char **bad)
+{
+    static const wchar_t opt[] = L"dtrace_watch";
+    const size_t optlen = wcslen(opt);
+    for (Py_ssize_t i = config->xoptions.length - 1; i >= 0; i--) {
+        const wchar_t *x = config->xoptions.items[i];
+        if (wcsncmp(x, opt, optlen) != 0) {
+            continue;
+        }
+        const wchar_t *value = x + optlen;
+        if (*value == L'\0' || wcscmp(value, L"=1") == 0) {
+            return 1;
+        }
+        if (wcscmp(value, L"=0") == 0) {
+            return 0;
+        }
+        if (*value == L'=') {
+            *bad = "-X dtrace_watch: expected 0 or 1";
+            return -1;
+        }
+    }
+    const char *env = _Py_GetEnv(config->use_environment,
+                                 "PYTHONDTRACEWATCH");
+    if (env == NULL || strcmp(env, "1") == 0) {
+        return 1;
+    }
+    if (strcmp(env, "0") == 0) {
+        return 0;
+    }
+    *bad = "PYTHONDTRACEWATCH: expected 0 or 1";
+    return -1;
+}
+
+PyStatus
+_PyDTrace_Init(PyThreadState *tstate)
+{
+    PyInterpreterState *interp = tstate->interp;
+    int is_main = _Py_IsMainInterpreter(interp);
+    if (is_main) {
+        const char *bad = NULL;
+        int enabled = watch_setting(_PyInterpreterState_GetConfig(interp),
+                                    &bad);
+        if (enabled < 0) {
+            return _PyStatus_ERR(bad);
+        }
+        pthread_mutex_lock(&watcher.mutex);
+        watcher.enabled = enabled;
+        watcher.finalizing = 0;
+        pthread_mutex_unlock(&watcher.mutex);
+    }
+
+    struct watched_interp *w = PyMem_RawCalloc(1, sizeof(*w));
+    if (w == NULL) {
+        return _PyStatus_NO_MEMORY();
+    }
+    w->interp = interp;
+    pthread_mutex_lock(&watcher.mutex);
+    w->applied = probes_armed();
+    w->next = watcher.interps;
+    watcher.interps = w;
+    pthread_mutex_unlock(&watcher.mutex);
+
+    /* Probes armed before this interpreter runs its first frame (bpftrace
+     * -c, or an attach before a subinterpreter is created). */
+    if (w->applied) {
+        dtrace_configure(interp, w->applied);
+    }
+    if (is_main) {
+        watcher_start();
+    }
+    return _PyStatus_OK();
+}
+
+void
+_PyDTrace_Fini(PyInterpreterState *interp)
+{
+    pthread_mutex_lock(&watcher.mutex);
+    struct watched_interp **link = &watcher.interps;
+    while (*link != NULL && (*link)->interp != interp) {
+        link = &(*link)->next;
+    }
+    struct watched_interp *w = *link;
+    if (w != NULL) {
+        *link = w->next;
+    }
+    if (_Py_IsMainInterpreter(interp)) {
+        watcher.finalizing = 1;
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+    PyMem_RawFree(w);
+    if (_Py_IsMainInterpreter(interp)) {
+        watcher_stop();
+    }
+}
+
+void
+_PyDTrace_BeforeFork(void)
+{
+    watcher_stop();
+}
+
+void
+_PyDTrace_AfterForkParent(void)
+{
+    watcher_start();
+}
+
+void
+_PyDTrace_AfterForkChild(void)
+{
+    /* The thread was joined before fork(); only re-create the sync
+     * primitives in case fork() happened without PyOS_BeforeFork(). */
+    pthread_mutex_init(&watcher.mutex, NULL);
+    pthread_cond_init(&watcher.cond, NULL);
+    watcher.running = 0;
+    /* The child only keeps the main interpreter (its other interpreters
+     * were deleted without Py_EndInterpreter()), and pending calls of the
+     * parent are gone. */
+    PyInterpreterState *main_interp = _PyInterpreterState_Main();
+    struct watched_interp **link = &watcher.interps;
+    while (*link != NULL) {
+        struct watched_interp *w = *link;
+        if (w->interp == main_interp) {
+            w->scheduled = 0;
+            /* Not known: compare with the child's semaphores at the
+             * next poll. */
+            w->applied = -1;
+            link = &w->next;
+        }
+        else {
+            *link = w->next;
+            PyMem_RawFree(w);
+        }
+    }
+    watcher_start();
+}
+
+/* os.fork() warns when the process has more than one thread: don't count
+ * the watcher. */
+Py_ssize_t
+_PyDTrace_AdjustThreadCount(Py_ssize_t num_threads)
+{
+    pthread_mutex_lock(&watcher.mutex);
+    if (watcher.running && !watcher.exited && num_threads > 1) {
+        num_threads--;
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+    return num_threads;
+}
+
+#endif  /* WITH_DTRACE */
