@@ -1,0 +1,241 @@
+"""Arming the probes must change nothing that Python code can observe.
+
+Each case of data/invisible_workload.py prints what a program, a debugger
+or a coverage tool sees.  It runs once unarmed and once under bpftrace with
+every probe of tests/probes.txt armed (by path, from start-up); the outputs
+must be equal, and equal to what pristine 3.13.5 prints (the expected
+values below).  Cases that need an attach to a running process use
+bpftrace -p.
+"""
+
+import os
+import re
+import subprocess
+import unittest
+
+from support import Bpftrace, PYTHON, TOP, require_bpftrace, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOAD = os.path.join(HERE, "data", "invisible_workload.py")
+
+
+def probe_names():
+    with open(os.path.join(HERE, "probes.txt")) as f:
+        return [line.strip() for line in f
+                if line.strip() and not line.startswith("#")]
+
+
+def arm_all(extra=""):
+    """A bpftrace program arming every probe (each one counts its hits)."""
+    return " ".join("usdt:%s:python:%s { @hits[probe] = count(); }"
+                    % (PYTHON, name) for name in probe_names()) + " " + extra
+
+
+def program_output(stdout):
+    """The traced program's lines, without bpftrace's map dump."""
+    return [line for line in stdout.splitlines()
+            if line and not line.startswith("@")]
+
+
+class ArmedEqualsUnarmed(unittest.TestCase):
+
+    def unarmed(self, case):
+        proc = run([PYTHON, WORKLOAD, case])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout.splitlines(), proc.stderr
+
+    def armed(self, case, extra=""):
+        require_bpftrace(self)
+        env = dict(os.environ, INVISIBLE_CASE=case)
+        proc = Bpftrace.run(arm_all(extra), WORKLOAD, env=env)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        hits = {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"^@hits\[usdt:.*:python:(\w+)\]: (\d+)$", proc.stdout, re.M)}
+        return program_output(proc.stdout), hits
+
+    def check(self, case, expected):
+        out, err = self.unarmed(case)
+        self.assertEqual(out, expected)
+        armed_out, hits = self.armed(case)
+        self.assertEqual(armed_out, out)
+        # The probes were really armed: start-up alone fires these.
+        for name in ("function__entry", "line", "import__find__load__start"):
+            self.assertGreater(hits.get(name, 0), 0, (name, hits))
+        return hits
+
+    def test_instance_probes_call_no_eq(self):
+        # A str-subclass "__module__" key whose __eq__ raises and creates
+        # instances: no call, no SystemError, no recursion.
+        hits = self.check("instance_eq", ["instances 0", "unrelated 3"])
+        self.assertGreater(hits.get("instance__new__start", 0), 0, hits)
+        self.assertGreater(hits.get("instance__delete__done", 0), 0, hits)
+
+    def test_import_unencodable_name(self):
+        self.check("import_surrogate",
+                   ["ModuleNotFoundError", "ModuleNotFoundError"])
+
+    def test_sys_audit_without_hooks(self):
+        hits = self.check("audit", [
+            "None None None",
+            "TypeError audit() missing 1 required positional argument: "
+            "'event'"])
+        self.assertGreater(hits.get("audit", 0), 0, hits)
+
+    def test_monitoring_all_events(self):
+        self.check("all_events", [
+            "{}",
+            "['CALL', 'PY_RESUME', 'PY_RETURN', 'PY_START', 'PY_THROW', "
+            "'PY_UNWIND', 'PY_YIELD'] {}"])
+
+    def test_opcode_events_reach_bdb_style_tracer(self):
+        out, _ = self.unarmed("pdb_opcodes")
+        self.assertIn("'opcode'", out[0])
+        armed_out, _ = self.armed("pdb_opcodes")
+        self.assertEqual(armed_out, out)
+
+
+class StartUp(unittest.TestCase):
+
+    def test_every_frame_from_the_first(self):
+        # A tracer present at start-up sees importlib's bootstrap first, and
+        # the <module> frame of every module that ran Python code (encodings
+        # and site included).
+        require_bpftrace(self)
+        program = (
+            'usdt:%(p)s:python:function__entry /@seen == 0/ '
+            '{ @seen = 1; printf("first %%s|%%s\\n", str(arg0), str(arg1)); }'
+            ' usdt:%(p)s:python:function__entry /str(arg1) == "<module>"/ '
+            '{ printf("entry %%s\\n", str(arg0)); }' % {"p": PYTHON})
+        env = dict(os.environ, INVISIBLE_CASE="modules")
+        proc = Bpftrace.run(program, WORKLOAD, env=env)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        lines = program_output(proc.stdout)
+        self.assertEqual(
+            [line for line in lines if line.startswith("first ")],
+            ["first <frozen importlib._bootstrap>|<module>"])
+        # bpftrace cuts strings at BPFTRACE_STRLEN - 1 bytes (63 here).
+        entered = {line[len("entry "):] for line in lines
+                   if line.startswith("entry ")}
+        modules = [line.split(" ", 2) for line in lines
+                   if line.startswith("module ")]
+        names = {name for _, name, _ in modules}
+        self.assertTrue({"encodings", "site", "codecs"} <= names, names)
+        missing = [(name, filename) for _, name, filename in modules
+                   if filename[:63] not in entered]
+        self.assertEqual(missing, [])
+
+
+class Subinterpreters(unittest.TestCase):
+
+    def test_function_probes_fire_in_subinterpreters(self):
+        require_bpftrace(self)
+        program = ('usdt:%s:python:function__entry /str(arg1) == "sub_func"/'
+                   ' { @sub = count(); }' % PYTHON)
+        env = dict(os.environ, INVISIBLE_CASE="subinterpreter")
+        proc = Bpftrace.run(program, WORKLOAD, env=env)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertIn("subinterpreter done", proc.stdout)
+        self.assertRegex(proc.stdout, r"(?m)^@sub: 7$")
+
+
+class Watcher(unittest.TestCase):
+
+    def threads(self, *args, env=None):
+        proc = run([PYTHON, *args, WORKLOAD, "threads"], env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout.split()[1::2]
+
+    def test_named(self):
+        self.assertEqual(self.threads(), ["python", "py-usdt-watch"])
+
+    def test_off_switches(self):
+        env = dict(os.environ, PYTHONDTRACEWATCH="0")
+        self.assertEqual(self.threads(env=env), ["python"])
+        for args in (["-X", "dtrace_watch=0"], ["-E", "-X", "dtrace_watch=0"],
+                     ["-I", "-X", "dtrace_watch=0"]):
+            self.assertEqual(self.threads(*args), ["python"], args)
+        # -X wins over the environment; -E ignores the environment.
+        self.assertEqual(self.threads("-X", "dtrace_watch=1", env=env),
+                         ["python", "py-usdt-watch"])
+        self.assertEqual(self.threads("-E", env=env),
+                         ["python", "py-usdt-watch"])
+
+    def test_bad_values(self):
+        for args, env, message in (
+                (["-X", "dtrace_watch=2"], None,
+                 "-X dtrace_watch: expected 0 or 1"),
+                ([], dict(os.environ, PYTHONDTRACEWATCH="off"),
+                 "PYTHONDTRACEWATCH: expected 0 or 1")):
+            proc = run([PYTHON, *args, "-c", "pass"], env=env)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn(message, proc.stderr)
+
+    def test_help(self):
+        proc = run([PYTHON, "--help-xoptions"])
+        self.assertIn("-X dtrace_watch=[0|1]", proc.stdout)
+        proc = run([PYTHON, "--help-env"])
+        self.assertIn("PYTHONDTRACEWATCH", proc.stdout)
+
+
+class DisableSurvivesAttach(unittest.TestCase):
+    """A sys.monitoring tool's DISABLE stays in force across attaches."""
+
+    CODE = r"""
+import sys, time
+E = sys.monitoring.events
+seen = []
+def on_line(code, line):
+    if code is work.__code__:
+        seen.append(line)
+        return sys.monitoring.DISABLE
+def work(n):
+    a = n
+    b = a + 1
+    return b
+sys.monitoring.use_tool_id(1, "coverage")
+sys.monitoring.register_callback(1, E.LINE, on_line)
+sys.monitoring.set_events(1, E.LINE)
+work(0)
+print("ready", len(seen), flush=True)
+while sys.stdin.readline() == "more\n":
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:
+        work(1)
+    print("lines", len(seen), flush=True)
+"""
+
+    def test_line_probe_attach(self):
+        require_bpftrace(self)
+        proc = subprocess.Popen([PYTHON, "-c", self.CODE],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.stderr.close)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stdin.close)
+        self.addCleanup(proc.kill)
+        self.assertEqual(proc.stdout.readline(), "ready 3\n")
+        program = ('usdt:%s:python:line /pid == %d/ { @lines = count(); } '
+                   'interval:s:3 { exit(); }' % (PYTHON, proc.pid))
+        for attempt in range(2):
+            traced = subprocess.Popen(
+                ["bpftrace", "-q", "-p", str(proc.pid), "-e", program],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # Keep the program running while the tracer is attached.
+            while traced.poll() is None:
+                proc.stdin.write("more\n")
+                proc.stdin.flush()
+                self.assertEqual(proc.stdout.readline(), "lines 3\n",
+                                 "attach %d" % attempt)
+            out, err = traced.communicate()
+            self.assertEqual(traced.returncode, 0,
+                             Bpftrace.errors(subprocess.CompletedProcess(
+                                 traced.args, traced.returncode, out, err)))
+            self.assertRegex(out, r"(?m)^@lines: [1-9]")
+        proc.stdin.write("stop\n")
+        proc.stdin.close()
+        self.assertEqual(proc.wait(timeout=60), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
