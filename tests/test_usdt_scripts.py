@@ -41,14 +41,15 @@ def script_path(name):
     return os.path.join(USDT, name)
 
 
-def run_script(name, workload, script_args=(), python_args=(), timeout=180):
+def run_script(name, workload, script_args=(), python_args=(), timeout=180,
+               env=None):
     """bpftrace -q -c 'PYTHON [python_args] workload' SCRIPT PYTHON [args]."""
     command = [PYTHON, *python_args, workload]
     if any(" " in word for word in command):
         raise ValueError("bpftrace -c splits on spaces: %r" % command)
     cmd = ["bpftrace", "-q", "-c", " ".join(command),
            script_path(name), PYTHON, *script_args]
-    return run(cmd, timeout=timeout)
+    return run(cmd, timeout=timeout, env=env)
 
 
 def map_entries(output, name):
@@ -412,6 +413,79 @@ class InstancesTest(UsdtScriptTestCase):
         self.assertEqual(live.get(("__main__", "Freed")), 0, output)
         self.assertEqual(live.get(("__main__", "Cyclic")), 0, output)
         self.assertEqual(live.get(("__main__", "Kept")), 200, output)
+
+
+# Where the documentation advises BPFTRACE_STRLEN values.
+ADVICE = [os.path.join(TOP, "README.md"),
+          os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")]
+# The scripts that print the workload's file name, and how they print it.
+PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
+                   "top-functions.bt": lambda path: path,
+                   "lines.bt": lambda path: path}
+
+
+def documented_strlens():
+    """{BPFTRACE_STRLEN value: [files]} for each BPFTRACE_STRLEN=N shown."""
+    files = ADVICE + sorted(script_path(name) for name in os.listdir(USDT))
+    values = {}
+    for path in files:
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for match in re.finditer(r"\bBPFTRACE_STRLEN=(\d+)", f.read()):
+                values.setdefault(int(match.group(1)), []).append(
+                    os.path.relpath(path, TOP))
+    return values
+
+
+class StrlenAdviceTest(UsdtScriptTestCase):
+    """Every BPFTRACE_STRLEN the docs show works with every bpftrace script.
+
+    bpftrace keeps strings on the 512-byte BPF stack, so a value that suits
+    one script can make another fail to load.  Each value runs with each
+    script of Tools/usdt on a workload whose file name is longer than any
+    value, so that the output also shows where the name is cut.
+    """
+
+    def test_documented_values_load_in_every_script(self):
+        documented = documented_strlens()
+        # The advice exists: the howto and top-functions.bt give a value.
+        self.assertTrue(documented, "no BPFTRACE_STRLEN=N in %s" % ADVICE)
+        scripts = sorted(name for name in os.listdir(USDT)
+                         if name.endswith(".bt"))
+        self.assertTrue(set(PRINTS_FILENAME) <= set(scripts), scripts)
+        # bpftrace accepts at most 200: a longer base name
+        workload = self.write("w" * 220 + ".py", """\
+            import gc
+
+            class Thing:
+                pass
+
+            def target():
+                return Thing()
+
+            things = [target() for _ in range(1000)]
+            gc.collect()
+            """)
+        default_env = dict(os.environ)
+        default_env.pop("BPFTRACE_STRLEN", None)
+        # None: bpftrace's default (64)
+        for value in [None, *sorted(documented)]:
+            env = dict(default_env)
+            if value is not None:
+                env["BPFTRACE_STRLEN"] = str(value)
+            kept = (64 if value is None else value) - 1
+            for script in scripts:
+                with self.subTest(BPFTRACE_STRLEN=value, script=script,
+                                  documented_in=documented.get(value)):
+                    output = self.run_script(script, workload, env=env)
+                    self.assertTrue(output.strip(), "no output")
+                    shown = PRINTS_FILENAME.get(script)
+                    if shown is not None:
+                        name = shown(workload)
+                        self.assertGreater(len(name), kept)
+                        self.assertIn(name[:kept], output)
+                        self.assertNotIn(name[:kept + 1], output)
 
 
 class AttachTest(UsdtScriptTestCase):
