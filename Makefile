@@ -18,6 +18,7 @@ export SERIES
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export bench bench-quick demo
+.PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
 
@@ -57,6 +58,7 @@ build: deps $(B)/obj/Makefile
 check: build
 	tools/check $(B)/obj
 	tools/regrtest $(B)/obj subset
+	tools/regrtest $(B)/obj armed
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.
@@ -67,6 +69,16 @@ demo: build
 # the same version; the results must be the same.
 check-regrtest-full: build $(B)/pristine-obj/python
 	tools/regrtest $(B)/obj full $(B)/pristine-obj
+
+# Every probe armed path-wide by one bpftrace, then unarmed: each test case
+# must give the same result (docs/armed-regrtest.md).  ARMED_TESTS names the
+# test modules (default: the armed subset that `make check` runs); the full
+# target runs the whole suite.  Both skip when bpftrace cannot attach.
+check-regrtest-armed: build
+	tools/regrtest $(B)/obj armed $(ARMED_TESTS)
+
+check-regrtest-armed-full: build
+	tools/regrtest $(B)/obj armed-full
 
 $(B)/pristine-obj/python: $(B)/stamps/prepare tools/configure
 	PREFIX=$(PREFIX) tools/configure $(B)/pristine-obj $(CURDIR)/$(B)/pristine
