@@ -17,7 +17,7 @@ export SERIES
 
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
-	patch-queue patch-export bench bench-quick demo
+	patch-queue patch-export bench bench-quick bench-watcher demo
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -114,6 +114,10 @@ bench: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
 	/usr/bin/python3.11 bench/run.py $(BENCH_PYTHONS) \
 		--out-json docs/performance.json --out-md docs/performance.md \
 		--out-png docs/performance.png
+
+# The probe watcher's idle wakeups and attach latency (docs/watcher.md).
+bench-watcher: build
+	/usr/bin/python3.11 bench/watcher.py $(B)/obj/python --out-md docs/watcher.md
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
