@@ -1,10 +1,12 @@
 """Shared helpers for the tests of the built interpreter and its driver."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,6 +21,103 @@ def run(cmd, **kwargs):
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.run(cmd, text=True, **kwargs)
+
+
+def start(testcase, cmd, **kwargs):
+    """subprocess.Popen(cmd, text=True, **kwargs), stopped at cleanup."""
+    proc = subprocess.Popen(cmd, text=True, **kwargs)
+    testcase.addCleanup(stop, proc)
+    return proc
+
+
+def stop(proc):
+    """Kill proc if it still runs, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def stapsdt_notes(binary):
+    """[(provider, name, semaphore address or None)], from readelf -n."""
+    proc = run(["readelf", "-n", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
+    notes = []
+    for note in proc.stdout.split("NT_STAPSDT")[1:]:
+        provider = re.search(r"Provider: (\S+)", note).group(1)
+        name = re.search(r"Name: (\S+)", note).group(1)
+        semaphore = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
+        notes.append((provider, name,
+                      int(semaphore.group(1), 16) if semaphore else None))
+    return notes
+
+
+class Semaphore:
+    """The semaphore of probe python:NAME of PYTHON in process pid.
+
+    The kernel increments the semaphore in the traced process when it puts
+    a tracer's uprobe on the probe, and decrements it when the uprobe goes:
+    value() > 0 is what the interpreter's watcher looks for.  Reading
+    another process's memory needs root, like bpftrace.
+    """
+
+    def __init__(self, pid, name):
+        self.pid = pid
+        self.name = name
+        found = [sem for provider, probe, sem in stapsdt_notes(PYTHON)
+                 if provider == "python" and probe == name]
+        if len(found) != 1 or not found[0]:
+            raise ValueError("no semaphore for python:%s in %s: %r"
+                             % (name, PYTHON, found))
+        self.address = self._load_bias() + found[0]
+
+    def _load_bias(self):
+        """Where the ELF segment at file offset 0 is mapped in pid."""
+        headers = run(["readelf", "-lW", PYTHON]).stdout
+        vaddr = int(re.search(r"^\s*LOAD\s+0x0+\s+(0x[0-9a-f]+)", headers,
+                              re.M).group(1), 16)
+        path = os.path.realpath(PYTHON)
+        with open("/proc/%d/maps" % self.pid) as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if (len(fields) == 6 and fields[5].strip() == path
+                        and int(fields[2], 16) == 0):
+                    return int(fields[0].split("-")[0], 16) - vaddr
+        raise ValueError("%s is not mapped in process %d" % (path, self.pid))
+
+    def value(self):
+        with open("/proc/%d/mem" % self.pid, "rb") as f:
+            f.seek(self.address)
+            return int.from_bytes(f.read(2), sys.byteorder)
+
+    def snapshot(self):
+        """(time.monotonic_ns() just before reading the semaphore, its
+        value).  time.monotonic_ns() is bpftrace's nsecs clock."""
+        return time.monotonic_ns(), self.value()
+
+    def wait_armed(self, snapshot, still_waiting, timeout=60):
+        """Poll until more tracers than at snapshot() arm the probe.
+
+        Returns (t0, t1): the semaphore went up after t0 and by t1; or None
+        as soon as still_waiting() is false.  AssertionError at timeout.
+        """
+        since, before = snapshot
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic_ns()
+            if self.value() > before:
+                return since, time.monotonic_ns()
+            since = now
+            if not still_waiting():
+                return None
+            if time.monotonic() > deadline:
+                raise AssertionError("no tracer armed python:%s in process "
+                                     "%d within %d s"
+                                     % (self.name, self.pid, timeout))
+            time.sleep(0.001)
 
 
 class Bpftrace:
@@ -65,8 +164,10 @@ class Bpftrace:
 
     @staticmethod
     def errors(proc):
-        """bpftrace's stderr without its harmless RLIMIT_MEMLOCK notice."""
-        return "\n".join(line for line in proc.stderr.splitlines()
+        """bpftrace's stderr (proc's, or the string proc) without its
+        harmless RLIMIT_MEMLOCK notice."""
+        stderr = proc if isinstance(proc, str) else proc.stderr
+        return "\n".join(line for line in stderr.splitlines()
                          if "RLIMIT_MEMLOCK" not in line).strip()
 
 

@@ -23,10 +23,10 @@ import signal
 import subprocess
 import tempfile
 import textwrap
-import time
 import unittest
 
-from support import Bpftrace, PYTHON, TOP, require_bpftrace, run
+from support import (Bpftrace, PYTHON, Semaphore, TOP, require_bpftrace,
+                     run, start)
 
 USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
 
@@ -498,32 +498,47 @@ class AttachTest(UsdtScriptTestCase):
             def ping():
                 pass
 
-            deadline = time.monotonic() + 60
+            print("ready", flush=True)
+            deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 ping()
                 time.sleep(0.001)
             """)
-        target = subprocess.Popen([PYTHON, workload])
-        self.addCleanup(target.wait)
-        self.addCleanup(target.kill)
-        time.sleep(1)    # the probes are armed after start-up
-        tracer = subprocess.Popen(
-            ["bpftrace", "-q", "-p", str(target.pid),
-             script_path("top-functions.bt"), PYTHON],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            time.sleep(5)    # attach, then ~1 s for the watcher, then count
-            tracer.send_signal(signal.SIGINT)
-            output, errors = tracer.communicate(timeout=60)
-        finally:
-            if tracer.poll() is None:
-                tracer.kill()
-                tracer.communicate()
+        target = start(self, [PYTHON, workload], stdout=subprocess.PIPE)
+        self.assertEqual(target.stdout.readline(), "ready\n")
+        semaphore = Semaphore(target.pid, "function__entry")
+        snapshot = semaphore.snapshot()
+        tracer = start(self, ["bpftrace", "-q", "-p", str(target.pid),
+                              script_path("top-functions.bt"), PYTHON],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The script's only probe is attached once it arms the semaphore.
+        if semaphore.wait_armed(
+                snapshot, still_waiting=lambda: tracer.poll() is None) is None:
+            _, errors = tracer.communicate()
+            self.fail("bpftrace left without arming the probe: "
+                      + Bpftrace.errors(errors))
+        # A witness attached after it sees 200 calls of ping() (once the
+        # watcher has switched the instrumentation on): the script, attached
+        # before, has counted them too.
+        witness = run(
+            ["bpftrace", "-q", "-p", str(target.pid), "-e",
+             'usdt:%s:python:function__entry /pid == %d && '
+             'str(uptr(arg1)) == "ping"/ { @pings = @pings + 1; '
+             'if (@pings >= 200) { exit(); } } interval:s:60 { exit(); }'
+             % (PYTHON, target.pid)], timeout=120)
+        self.assertEqual(witness.returncode, 0, Bpftrace.errors(witness))
+        seen = re.search(r"^@pings: (\d+)$", witness.stdout, re.M)
+        self.assertTrue(seen and int(seen.group(1)) >= 200,
+                        "the watcher did not arm within 60 s: "
+                        + witness.stdout)
+        tracer.send_signal(signal.SIGINT)
+        output, errors = tracer.communicate(timeout=60)
+        self.assertEqual(tracer.returncode, 0, Bpftrace.errors(errors))
         self.assertIsNone(target.poll(), "the workload died")
         calls = {key[1]: value for key, value
                  in map_entries(output, "calls").items()
                  if key[0] == workload}
-        self.assertGreater(calls.get("ping", 0), 100, output + errors)
+        self.assertGreaterEqual(calls.get("ping", 0), 200, output + errors)
 
 
 class SystemTapScriptsTest(unittest.TestCase):
