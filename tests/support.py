@@ -165,10 +165,32 @@ class Bpftrace:
     @staticmethod
     def errors(proc):
         """bpftrace's stderr (proc's, or the string proc) without its
-        harmless RLIMIT_MEMLOCK notice."""
+        harmless RLIMIT_MEMLOCK notice, and what the kernel said if it
+        refused a uprobe."""
         stderr = proc if isinstance(proc, str) else proc.stderr
-        return "\n".join(line for line in stderr.splitlines()
+        text = "\n".join(line for line in stderr.splitlines()
                          if "RLIMIT_MEMLOCK" not in line).strip()
+        if "Error attaching probe" in text:
+            refused = ref_ctr_mismatches(PYTHON)
+            if refused:
+                text += ("\n(the kernel refused the uprobe because another "
+                         "tool left one on the same probe of %s with a "
+                         "different semaphore offset; stop that tool.  "
+                         "dmesg: %s)" % (PYTHON, refused[-1]))
+        return text
+
+
+def ref_ctr_mismatches(binary):
+    """The kernel's "ref_ctr_offset mismatch" messages about binary.
+
+    The kernel refuses a uprobe on a probe that already has one with another
+    semaphore (reference counter) offset, and tells only dmesg; bpftrace just
+    says "Error attaching probe".
+    """
+    proc = run(["dmesg"])
+    inode = "inode: %#x " % os.stat(binary).st_ino
+    return [line.strip() for line in proc.stdout.splitlines()
+            if "ref_ctr_offset mismatch" in line and inode in line]
 
 
 def require_bpftrace(testcase):
