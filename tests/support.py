@@ -180,17 +180,25 @@ class Bpftrace:
         return text
 
 
-def ref_ctr_mismatches(binary):
-    """The kernel's "ref_ctr_offset mismatch" messages about binary.
+def ref_ctr_mismatches(binary, seconds=600):
+    """The kernel's "ref_ctr_offset mismatch" messages about binary (its
+    inode) in the last `seconds`.
 
     The kernel refuses a uprobe on a probe that already has one with another
     semaphore (reference counter) offset, and tells only dmesg; bpftrace just
     says "Error attaching probe".
     """
     proc = run(["dmesg"])
+    with open("/proc/uptime") as f:
+        since = float(f.read().split()[0]) - seconds
     inode = "inode: %#x " % os.stat(binary).st_ino
-    return [line.strip() for line in proc.stdout.splitlines()
-            if "ref_ctr_offset mismatch" in line and inode in line]
+    found = []
+    for line in proc.stdout.splitlines():
+        stamp = re.match(r"\[\s*(\d+\.\d+)\]", line)
+        if ("ref_ctr_offset mismatch" in line and inode in line
+                and stamp and float(stamp.group(1)) >= since):
+            found.append(line.strip())
+    return found
 
 
 def require_bpftrace(testcase):
