@@ -15,9 +15,9 @@ import unittest
 
 from support import BUILD, TOP, run
 
-PIN = dict(line.split("=", 1)
-           for line in open(os.path.join(TOP, "upstream", "3.13")).read()
-           .splitlines() if line and not line.startswith("#"))
+with open(os.path.join(TOP, "upstream", "3.13")) as pin:
+    PIN = dict(line.split("=", 1) for line in pin.read().splitlines()
+               if line and not line.startswith("#"))
 TARBALL = os.path.join(BUILD, "dl", PIN["TARBALL"])
 PRISTINE = os.path.join(BUILD, "pristine")
 
@@ -193,10 +193,12 @@ class DriverTest(unittest.TestCase):
 
     def test_configure_is_reproducible(self):
         obj = os.path.join(self.tmp, "obj")
-        src = os.path.join(BUILD, "src")
+        # The Makefile configures with $(CURDIR)/build/src, a path without
+        # symbolic links (build/ itself may be one).
+        src = os.path.realpath(os.path.join(BUILD, "src"))
         proc = self.tool("configure", obj, src)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        real = os.path.join(BUILD, "obj")
+        real = os.path.realpath(os.path.join(BUILD, "obj"))
         for name in ("pyconfig.h", "Makefile"):
             with open(os.path.join(obj, name)) as f:
                 ours = f.read().replace(obj, "@OBJ@")
