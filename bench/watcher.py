@@ -5,8 +5,9 @@
                  (from /proc/PID/task/TID/status), per second;
   attach latency a process running a loop of plain statements; bpftrace
                  attaches with -p to its `line` probe, records nsecs in
-                 BEGIN (all probes attached) and at the first line event;
-                 repeated ROUNDS times, min / median / max.
+                 BEGIN (which bpftrace 0.17 runs before it attaches the
+                 probes, so this includes its attach time) and at the first
+                 line event; repeated ROUNDS times, min / median / max.
 
 Targets (issue 7): at most 1 wakeup per second, attach within 1 s.
 usage: python3 bench/watcher.py PYTHON [--seconds S] [--rounds N] [--out-md F]
@@ -110,8 +111,9 @@ def main():
     latencies = attach_latency(python, opts.rounds)
     lines += ["", "## Attach latency", "",
               "`bpftrace -p` on the `line` probe of a process in a loop of "
-              "plain statements, from `BEGIN` (all probes attached) to the "
-              "first event, %d attaches:" % len(latencies), "",
+              "plain statements, from `BEGIN` (bpftrace 0.17 runs it before "
+              "attaching the probes, so this includes bpftrace's attach time) "
+              "to the first event, %d attaches:" % len(latencies), "",
               "| min | median | max |", "|---|---|---|",
               "| %.3f s | %.3f s | %.3f s |" % (
                   min(latencies), statistics.median(latencies),

@@ -100,7 +100,11 @@ def case_subinterpreter():
 def case_modules():
     # The modules that ran Python code during start-up, with the file name
     # their <module> frame has (printed for the start-up test).
+    seen = set()
     for name, mod in sorted(sys.modules.items()):
+        if id(mod) in seen:     # os.path is posixpath: one <module> frame
+            continue
+        seen.add(id(mod))
         spec = getattr(mod, "__spec__", None)
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "get_code"):
