@@ -165,7 +165,7 @@ static struct {
     struct watched_interp *interps;
 } watcher = {
     .mutex = PTHREAD_MUTEX_INITIALIZER,
-    .cond = PTHREAD_COND_INITIALIZER,
+    .cond = PTHREAD_COND_INITIALIZER,   /* re-made by init_cond() */
 };
 
 /* Called with watcher.mutex held. */
@@ -204,11 +204,24 @@ dtrace_reconfigure(void *Py_UNUSED(arg))
     return 0;
 }
 
+/* The condition variable waits on the monotonic clock, so that a step of
+ * the wall clock does not move the polls.  Called while no watcher thread
+ * exists. */
+static void
+init_cond(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&watcher.cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
 static void
 wait_interval(void)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += WATCH_INTERVAL_S;
     (void)pthread_cond_timedwait(&watcher.cond, &watcher.mutex, &deadline);
 }
@@ -341,6 +354,9 @@ _PyDTrace_Init(PyThreadState *tstate)
             return _PyStatus_ERR(bad);
         }
         pthread_mutex_lock(&watcher.mutex);
+        if (!watcher.running) {
+            init_cond();
+        }
         watcher.enabled = enabled;
         watcher.finalizing = 0;
         pthread_mutex_unlock(&watcher.mutex);
@@ -408,7 +424,7 @@ _PyDTrace_AfterForkChild(void)
     /* The thread was joined before fork(); only re-create the sync
      * primitives in case fork() happened without PyOS_BeforeFork(). */
     pthread_mutex_init(&watcher.mutex, NULL);
-    pthread_cond_init(&watcher.cond, NULL);
+    init_cond();
     watcher.running = 0;
     /* The child only keeps the main interpreter (its other interpreters
      * were deleted without Py_EndInterpreter()), and pending calls of the
