@@ -97,9 +97,13 @@ class AttachTest(unittest.TestCase):
             self.assertIsNone(proc.poll(), "workload died while traced")
         self.finish(proc)
 
-    def test_line_events_start_within_a_second(self):
+    def test_line_events_start_at_the_next_poll(self):
         # From the moment the tracer arms the line probe's semaphore (what
-        # the watcher polls) to the first line event, in bpftrace's clock.
+        # the watcher polls once a second) to the first line event, in
+        # bpftrace's clock: events must start by the watcher's next poll,
+        # allowing one more for a loaded machine.  How fast they start is a
+        # speed target, measured by bench/watcher.py (docs/watcher.md), not
+        # here.
         require_bpftrace(self)
         proc = self.start("loop")
         semaphore = Semaphore(proc.pid, "line")
@@ -127,7 +131,7 @@ class AttachTest(unittest.TestCase):
         self.assertGreater(first, armed_after)
         # The semaphore was armed after armed_after: the latency is at most
         # first - armed_after.
-        self.assertLess(first - armed_after, 10**9,
+        self.assertLess(first - armed_after, 2 * 10**9,
                         "first line event %.3f s after the semaphore was "
                         "armed (%.3f s after it was seen armed)"
                         % ((first - armed_after) / 1e9,
