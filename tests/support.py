@@ -40,6 +40,13 @@ def stop(proc):
             pipe.close()
 
 
+def promised_probes():
+    """The probe names of tests/probes.txt, sorted."""
+    with open(os.path.join(TOP, "tests", "probes.txt")) as f:
+        return sorted(line.strip() for line in f
+                      if line.strip() and not line.startswith("#"))
+
+
 def stapsdt_notes(binary):
     """[(provider, name, semaphore address or None)], from readelf -n."""
     proc = run(["readelf", "-n", binary])

@@ -1,10 +1,9 @@
 """Tier 1: facts about the built interpreter itself."""
 
-import os
-import re
+import collections
 import unittest
 
-from support import PYTHON, TOP, run
+from support import PYTHON, promised_probes, run, stapsdt_notes
 
 # Extension modules a complete standard library has on Debian, with the
 # package that provides what they need (tools/deps installs them).
@@ -17,30 +16,10 @@ STDLIB_EXTENSIONS = {
 }
 
 
-def promised_probes():
-    with open(os.path.join(TOP, "tests", "probes.txt")) as f:
-        return sorted(line.strip() for line in f
-                      if line.strip() and not line.startswith("#"))
-
-
 def stapsdt_probes(binary):
     """{(provider, name): count} from the .note.stapsdt notes of binary."""
-    proc = run(["readelf", "-n", binary])
-    if proc.returncode != 0:
-        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
-    probes = {}
-    provider = None
-    for line in proc.stdout.splitlines():
-        m = re.match(r"\s*Provider: (\S+)", line)
-        if m:
-            provider = m.group(1)
-            continue
-        m = re.match(r"\s*Name: (\S+)", line)
-        if m and provider is not None:
-            key = (provider, m.group(1))
-            probes[key] = probes.get(key, 0) + 1
-            provider = None
-    return probes
+    return collections.Counter((provider, name)
+                               for provider, name, _ in stapsdt_notes(binary))
 
 
 class BuildFactsTest(unittest.TestCase):
@@ -62,13 +41,11 @@ class BuildFactsTest(unittest.TestCase):
     def test_probes_have_semaphores(self):
         # Semaphore-gated markers cost a load and a branch when no tracer is
         # attached; a probe without one would evaluate its arguments always.
-        proc = run(["readelf", "-n", PYTHON])
-        notes = proc.stdout.split("NT_STAPSDT")[1:]
+        notes = stapsdt_notes(PYTHON)
         self.assertTrue(notes)
-        for note in notes:
-            m = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
-            self.assertIsNotNone(m, note)
-            self.assertNotEqual(int(m.group(1), 16), 0, note)
+        for provider, name, semaphore in notes:
+            self.assertIsNotNone(semaphore, (provider, name))
+            self.assertNotEqual(semaphore, 0, (provider, name))
 
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):

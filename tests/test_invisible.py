@@ -14,22 +14,23 @@ import re
 import subprocess
 import unittest
 
-from support import Bpftrace, PYTHON, TOP, require_bpftrace, run
+from support import (Bpftrace, PYTHON, promised_probes,
+                     require_bpftrace, run, start)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "invisible_workload.py")
 
 
-def probe_names():
-    with open(os.path.join(HERE, "probes.txt")) as f:
-        return [line.strip() for line in f
-                if line.strip() and not line.startswith("#")]
-
-
 def arm_all(extra=""):
     """A bpftrace program arming every probe (each one counts its hits)."""
     return " ".join("usdt:%s:python:%s { @hits[probe] = count(); }"
-                    % (PYTHON, name) for name in probe_names()) + " " + extra
+                    % (PYTHON, name) for name in promised_probes()) + " " + extra
+
+
+def hit_counts(stdout):
+    """{probe name: hits} from the @hits map that arm_all() prints."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^@hits\[usdt:.*:python:(\w+)\]: (\d+)$", stdout, re.M)}
 
 
 def program_output(stdout):
@@ -50,9 +51,7 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         env = dict(os.environ, INVISIBLE_CASE=case)
         proc = Bpftrace.run(arm_all(extra), WORKLOAD, env=env)
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
-        hits = {m.group(1): int(m.group(2)) for m in re.finditer(
-            r"^@hits\[usdt:.*:python:(\w+)\]: (\d+)$", proc.stdout, re.M)}
-        return program_output(proc.stdout), hits
+        return program_output(proc.stdout), hit_counts(proc.stdout)
 
     def check(self, case, expected):
         out, err = self.unarmed(case)
@@ -210,23 +209,15 @@ while sys.stdin.readline() == "more\n":
 
     def test_line_probe_attach(self):
         require_bpftrace(self)
-        proc = subprocess.Popen([PYTHON, "-c", self.CODE],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        self.addCleanup(proc.wait)
-        self.addCleanup(proc.stderr.close)
-        self.addCleanup(proc.stdout.close)
-        self.addCleanup(proc.stdin.close)
-        self.addCleanup(proc.kill)
+        proc = start(self, [PYTHON, "-c", self.CODE], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.assertEqual(proc.stdout.readline(), "ready 3\n")
         program = ('usdt:%s:python:line /pid == %d/ { @lines = count(); } '
                    'interval:s:5 { exit(); }' % (PYTHON, proc.pid))
         for attempt in range(2):
-            traced = subprocess.Popen(
-                ["bpftrace", "-q", "-p", str(proc.pid), "-e", program],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            self.addCleanup(traced.communicate)
-            self.addCleanup(traced.kill)
+            traced = start(
+                self, ["bpftrace", "-q", "-p", str(proc.pid), "-e", program],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             # Keep the program running while the tracer is attached.
             while traced.poll() is None:
                 proc.stdin.write("more\n")
@@ -234,9 +225,7 @@ while sys.stdin.readline() == "more\n":
                 self.assertEqual(proc.stdout.readline(), "lines 3\n",
                                  "attach %d" % attempt)
             out, err = traced.communicate()
-            self.assertEqual(traced.returncode, 0,
-                             Bpftrace.errors(subprocess.CompletedProcess(
-                                 traced.args, traced.returncode, out, err)))
+            self.assertEqual(traced.returncode, 0, Bpftrace.errors(err))
             self.assertRegex(out, r"(?m)^@lines: [1-9]")
         proc.stdin.write("stop\n")
         proc.stdin.close()

@@ -10,13 +10,12 @@ function__entry must receive each random name as the helpers render it.
 """
 
 import os
-import re
 import subprocess
 import tempfile
 import unittest
 
 from support import Bpftrace, PYTHON, require_bpftrace
-from test_invisible import arm_all
+from test_invisible import arm_all, hit_counts
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                       "random_names.py")
@@ -62,11 +61,10 @@ class RandomNames(unittest.TestCase):
                             if line.startswith(b"F ")]
                 self.assertEqual(received,
                                  [name[:STRLEN - 1] for name in expected])
-                hits = {m.group(1): int(m.group(2)) for m in re.finditer(
-                    rb"^@hits\[usdt:.*:python:(\w+)\]: (\d+)$",
-                    armed.stdout, re.M)}
-                for name in (b"instance__new__start", b"audit",
-                             b"import__find__load__start"):
+                hits = hit_counts(armed.stdout.decode(
+                    errors="surrogateescape"))
+                for name in ("instance__new__start", "audit",
+                             "import__find__load__start"):
                     self.assertGreater(hits.get(name, 0), 0, hits)
 
 
