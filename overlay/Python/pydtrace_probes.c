@@ -38,7 +38,6 @@
 #include "pycore_frame.h"         // _PyInterpreterFrame
 #include "pycore_instruments.h"   // _Py_Instrumentation_GetLine()
 #include "pycore_pyatomic_ft_wrappers.h"
-#include "pycore_pystate.h"       // _PyThreadState_GET()
 #include "pycore_tuple.h"         // _PyTuple_FromArray()
 
 #include <string.h>
