@@ -1,8 +1,8 @@
 /* Arming the USDT probes that need instrumentation (cpython-usdt).
  *
- * function__entry, function__return and line fire from the PEP 669 events
- * of the two tool slots reserved for legacy tracing (see
- * Python/pydtrace_probes.c).  A tracer arms a probe by bumping its
+ * function__entry, function__return, line, cfunction__entry/return and
+ * exception__raise/reraise/handled fire from the PEP 669 events of the two
+ * tool slots reserved for legacy tracing (see Python/pydtrace_probes.c).  A tracer arms a probe by bumping its
  * semaphore, without notifying the process, so this file notices the
  * change and adds the events the armed probes need to those slots, in
  * every interpreter:
@@ -44,6 +44,8 @@
 
 #define ARMED_FUNCTION 0x1
 #define ARMED_LINE 0x2
+#define ARMED_CFUNCTION 0x4
+#define ARMED_EXCEPTION 0x8
 
 /* Event sets installed by Python/legacy_tracing.c when some thread has a
  * profile/trace function (kept in sync with _PyEval_SetProfile() and
@@ -53,6 +55,10 @@
     (EV(PY_START) | EV(PY_RESUME) | EV(PY_THROW) \
      | EV(PY_RETURN) | EV(PY_YIELD) | EV(PY_UNWIND))
 #define LINE_EVENTS (EV(LINE) | EV(JUMP))
+/* C_RETURN and C_RAISE follow CALL. */
+#define CFUNCTION_EVENTS EV(CALL)
+/* Global events: they instrument no code. */
+#define EXCEPTION_EVENTS (EV(RAISE) | EV(RERAISE) | EV(EXCEPTION_HANDLED))
 #define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
 #define LEGACY_TRACE_EVENTS \
     (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
@@ -73,19 +79,43 @@ probes_armed(void)
     if (PyDTrace_LINE_ENABLED()) {
         armed |= ARMED_LINE;
     }
+    if (PyDTrace_CFUNCTION_ENTRY_ENABLED()
+        || PyDTrace_CFUNCTION_RETURN_ENABLED())
+    {
+        armed |= ARMED_CFUNCTION;
+    }
+    if (PyDTrace_EXCEPTION_RAISE_ENABLED()
+        || PyDTrace_EXCEPTION_RERAISE_ENABLED()
+        || PyDTrace_EXCEPTION_HANDLED_ENABLED())
+    {
+        armed |= ARMED_EXCEPTION;
+    }
     return armed;
 }
 
+/* The cfunction and exception probes use the profile slot too: it has a
+ * CALL callback (sys.setprofile()'s 'c_call'), and no callback for the
+ * exception events, which the trace slot's sys.settrace() function would
+ * receive. */
 static uint32_t
 armed_events(int armed, int tool)
 {
-    if (tool == PY_MONITORING_SYS_PROFILE_ID && (armed & ARMED_FUNCTION)) {
-        return FUNCTION_EVENTS;
+    uint32_t events = 0;
+    if (tool == PY_MONITORING_SYS_PROFILE_ID) {
+        if (armed & ARMED_FUNCTION) {
+            events |= FUNCTION_EVENTS;
+        }
+        if (armed & ARMED_CFUNCTION) {
+            events |= CFUNCTION_EVENTS;
+        }
+        if (armed & ARMED_EXCEPTION) {
+            events |= EXCEPTION_EVENTS;
+        }
     }
     if (tool == PY_MONITORING_SYS_TRACE_ID && (armed & ARMED_LINE)) {
-        return LINE_EVENTS;
+        events |= LINE_EVENTS;
     }
-    return 0;
+    return events;
 }
 
 uint32_t
@@ -94,15 +124,20 @@ _PyDTrace_LegacyToolEvents(PyInterpreterState *Py_UNUSED(interp), int tool)
     return armed_events(probes_armed(), tool);
 }
 
-/* sys.monitoring._all_events() shows the legacy slots only while some
- * thread has a profile/trace function, as without the probes. */
+/* sys.monitoring._all_events() shows a legacy slot for an event only while
+ * some thread has a profile/trace function that asked for it, as without
+ * the probes. */
 uint8_t
-_PyDTrace_VisibleTools(PyInterpreterState *interp, uint8_t tools)
+_PyDTrace_VisibleTools(PyInterpreterState *interp, int event, uint8_t tools)
 {
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0
+        || !((LEGACY_PROFILE_EVENTS >> event) & 1))
+    {
         tools &= ~(1 << PY_MONITORING_SYS_PROFILE_ID);
     }
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0
+        || !((LEGACY_TRACE_EVENTS >> event) & 1))
+    {
         tools &= ~(1 << PY_MONITORING_SYS_TRACE_ID);
     }
     return tools;

@@ -24,6 +24,10 @@
  *   line(co_filename, co_name, line): LINE, plus backward JUMPs to the start
  *       of the same line (settrace 'line').
  *
+ * The same hook passes the profile slot's CALL, C_RETURN and C_RAISE events
+ * to Python/pydtrace_cfunction.c and its RAISE, RERAISE and
+ * EXCEPTION_HANDLED events to Python/pydtrace_exceptions.c.
+ *
  * Like the legacy callbacks, no probe fires while tstate->tracing is set
  * (i.e. inside a sys.setprofile()/sys.settrace()/sys.monitoring callback).
  *
@@ -156,20 +160,45 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
         PyDTrace_FUNCTION_ENTRY(filename, funcname, code->co_firstlineno);
     }
     else {
-        int offset = (int)(instr - _PyCode_CODE(code));
-        int lineno = PyCode_Addr2Line(code,
-                                      offset * (int)sizeof(_Py_CODEUNIT));
-        PyDTrace_FUNCTION_RETURN(filename, funcname, lineno);
+        PyDTrace_FUNCTION_RETURN(filename, funcname,
+                                 _PyDTrace_InstrLine(frame, instr));
     }
+}
+
+int
+_PyDTrace_InstrLine(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
+{
+    PyCodeObject *code = _PyFrame_GetCode(frame);
+    int offset = (int)(instr - _PyCode_CODE(code));
+    return PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
 }
 
 uint8_t
 _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
                       _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
-                      uint8_t tools)
+                      Py_ssize_t nargs, PyObject *const *args, uint8_t tools)
 {
     if (tools & (1 << PY_MONITORING_SYS_PROFILE_ID)) {
-        fire_function(event, frame, instr);
+        switch (event) {
+            case PY_MONITORING_EVENT_CALL:
+            case PY_MONITORING_EVENT_C_RETURN:
+            case PY_MONITORING_EVENT_C_RAISE:
+                /* args: callable, then its first argument or MISSING. */
+                assert(nargs == 4);
+                _PyDTrace_CFunctionEvent(event, frame, instr, args[3],
+                                         args[4]);
+                break;
+            case PY_MONITORING_EVENT_RAISE:
+            case PY_MONITORING_EVENT_RERAISE:
+            case PY_MONITORING_EVENT_EXCEPTION_HANDLED:
+                /* args: the exception. */
+                assert(nargs == 3);
+                _PyDTrace_ExceptionEvent(event, frame, args[3]);
+                break;
+            default:
+                fire_function(event, frame, instr);
+                break;
+        }
         if (tstate->c_profilefunc == NULL) {
             tools &= ~(1 << PY_MONITORING_SYS_PROFILE_ID);
         }
@@ -257,6 +286,58 @@ type_module_name(PyTypeObject *type, char *buf, size_t size)
     }
     PyObject *mod = _PyDict_GetItem_KnownHash(dict, name, hash);
     return _PyDTrace_StrAsUTF8(mod, buf, size);
+}
+
+/* Copy at most size - 1 bytes of *src* (len bytes) into *buf*, cut at a
+ * UTF-8 character boundary; return the number of bytes copied. */
+static size_t
+copy_utf8(char *buf, size_t size, const char *src, size_t len)
+{
+    if (len >= size) {
+        len = size - 1;
+        /* Back up over continuation bytes of a cut character. */
+        while (len > 0 && ((unsigned char)src[len] & 0xc0) == 0x80) {
+            len--;
+        }
+    }
+    memcpy(buf, src, len);
+    buf[len] = '\0';
+    return len;
+}
+
+const char *
+_PyDTrace_JoinDotted(const char *a, const char *b, char *buf, size_t size)
+{
+    size_t pos = copy_utf8(buf, size, a, strlen(a));
+    if (pos + 1 < size) {
+        buf[pos++] = '.';
+        copy_utf8(buf + pos, size - pos, b, strlen(b));
+    }
+    return buf;
+}
+
+void
+_PyDTrace_TypeNames(PyTypeObject *type, char *modbuf, char *qualbuf,
+                    const char **module, const char **qualname)
+{
+    if (type->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        *module = type_module_name(type, modbuf, _PyDTrace_STRBUF_SIZE);
+        *qualname = _PyDTrace_StrAsUTF8(((PyHeapTypeObject *)type)->ht_qualname,
+                                        qualbuf, _PyDTrace_STRBUF_SIZE);
+        return;
+    }
+    /* A static type: "module.qualname" in tp_name, as type.__module__ and
+     * type.__qualname__ read it (Objects/typeobject.c). */
+    const char *name = type->tp_name ? type->tp_name : UNKNOWN;
+    const char *dot = strrchr(name, '.');
+    if (dot == NULL) {
+        *module = "builtins";
+        *qualname = name;
+        return;
+    }
+    copy_utf8(modbuf, _PyDTrace_STRBUF_SIZE, name, (size_t)(dot - name));
+    *module = modbuf;
+    *qualname = dot + 1;
 }
 
 #define FIRE_INSTANCE(PROBE, type) \

@@ -3,7 +3,15 @@
  * The probes themselves are declared in Include/pydtrace.d; the generated
  * PyDTrace_<PROBE>() and PyDTrace_<PROBE>_ENABLED() macros come from
  * Include/pydtrace.h.  This header holds the glue between the interpreter
- * and the probes; the implementation lives in Python/pydtrace_probes.c.
+ * and the probes, and is the one map of which hook calls which helper:
+ *
+ *   Python/pydtrace_probes.c      strings and type names, function__*,
+ *                                 line, instance__*, import__*, audit
+ *   Python/pydtrace_arming.c      arming of the PEP 669 events, watcher
+ *   Python/pydtrace_cfunction.c   cfunction__entry/return
+ *   Python/pydtrace_exceptions.c  exception__raise/reraise/handled
+ *   Python/pydtrace_threads.c     gil__*, thread__start/stop
+ *   Python/pydtrace_asyncio.c     task__step__start/done
  *
  * Rules for every helper (and for any probe added in the future):
  *   - arguments are computed only once the probe's semaphore is set;
@@ -17,7 +25,7 @@
  *     exceptions a call raises).
  *
  * Adding a probe: declare it in Include/pydtrace.d, add a fire helper in
- * Python/pydtrace_probes.c (use _PyDTrace_StrAsUTF8() for str arguments),
+ * the file of its family (use _PyDTrace_StrAsUTF8() for str arguments),
  * an inline wrapper below and a one-line hook at the probe site.
  */
 
@@ -47,6 +55,23 @@ struct _PyInterpreterFrame;
  * object gives "<unknown>". */
 extern const char *_PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size);
 
+/* Python's names for a type, without allocating or running Python code:
+ * *module* is its __module__ ("builtins" for a static type without a dot in
+ * tp_name; "<unknown>" for a heap type whose dict has no str __module__ or
+ * has keys that are not all exact str) and *qualname* its __qualname__.
+ * *modbuf* and *qualbuf* hold _PyDTrace_STRBUF_SIZE bytes each. */
+extern void _PyDTrace_TypeNames(PyTypeObject *type, char *modbuf,
+                                char *qualbuf, const char **module,
+                                const char **qualname);
+
+/* *a* + "." + *b* in *buf* (truncated at a UTF-8 character boundary). */
+extern const char *_PyDTrace_JoinDotted(const char *a, const char *b,
+                                        char *buf, size_t size);
+
+/* The line of the instruction *instr* of *frame*. */
+extern int _PyDTrace_InstrLine(struct _PyInterpreterFrame *frame,
+                               _Py_CODEUNIT *instr);
+
 #ifdef WITH_DTRACE
 
 /* Start-up, shutdown and fork hooks (Python/pylifecycle.c,
@@ -64,18 +89,21 @@ extern Py_ssize_t _PyDTrace_AdjustThreadCount(Py_ssize_t num_threads);
 extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,
                                            int tool);
 
-/* *tools* without the legacy slots that only the probes use, for
- * sys.monitoring._all_events(). */
-extern uint8_t _PyDTrace_VisibleTools(PyInterpreterState *interp,
+/* *tools* (the tools of *event*) without the legacy slots' events that
+ * only the probes use, for sys.monitoring._all_events(). */
+extern uint8_t _PyDTrace_VisibleTools(PyInterpreterState *interp, int event,
                                       uint8_t tools);
 
 /* Monitoring hooks (Python/instrumentation.c).  Given the tools that are
- * about to be called for *event*, fire the probes fed by the legacy tool
- * slots, then return *tools* minus the legacy slots that this thread has no
- * sys.setprofile()/sys.settrace() function for. */
+ * about to be called for *event* with the vectorcall arguments *args*
+ * (args[3] onwards: the event's own arguments, *nargs* - 2 of them), fire
+ * the probes fed by the legacy tool slots, then return *tools* minus the
+ * legacy slots that this thread has no sys.setprofile()/sys.settrace()
+ * function for. */
 extern uint8_t _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
                                      struct _PyInterpreterFrame *frame,
-                                     _Py_CODEUNIT *instr, uint8_t tools);
+                                     _Py_CODEUNIT *instr, Py_ssize_t nargs,
+                                     PyObject *const *args, uint8_t tools);
 extern uint8_t _PyDTrace_LegacyJump(PyThreadState *tstate,
                                     struct _PyInterpreterFrame *frame,
                                     _Py_CODEUNIT *instr, _Py_CODEUNIT *target,
@@ -88,10 +116,11 @@ extern void _PyDTrace_FireLine(struct _PyInterpreterFrame *frame, int line);
 static inline uint8_t
 _PyDTrace_FilterTools(PyThreadState *tstate, int event,
                       struct _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
-                      uint8_t tools)
+                      Py_ssize_t nargs, PyObject *const *args, uint8_t tools)
 {
     if (tools & _PyDTrace_LEGACY_TOOLS) {
-        return _PyDTrace_LegacyEvent(tstate, event, frame, instr, tools);
+        return _PyDTrace_LegacyEvent(tstate, event, frame, instr, nargs, args,
+                                     tools);
     }
     return tools;
 }
@@ -106,6 +135,19 @@ _PyDTrace_FilterJump(PyThreadState *tstate,
     }
     return tools;
 }
+
+/* CALL, C_RETURN and C_RAISE events of the legacy profile slot
+ * (Python/pydtrace_cfunction.c): cfunction__entry/return. */
+extern void _PyDTrace_CFunctionEvent(int event,
+                                     struct _PyInterpreterFrame *frame,
+                                     _Py_CODEUNIT *instr, PyObject *callable,
+                                     PyObject *self_arg);
+
+/* RAISE, RERAISE and EXCEPTION_HANDLED events of the legacy profile slot
+ * (Python/pydtrace_exceptions.c): exception__raise/reraise/handled. */
+extern void _PyDTrace_ExceptionEvent(int event,
+                                     struct _PyInterpreterFrame *frame,
+                                     PyObject *exc);
 
 /* LINE event delivered to the sys.settrace() tool slot. */
 static inline void
@@ -186,6 +228,76 @@ extern void _PyDTrace_FireAuditFromPython(PyObject *event,
                                           PyObject *const *args,
                                           Py_ssize_t nargs);
 
+/* GIL (Python/ceval_gil.c) and threads started by the _thread module
+ * (Modules/_threadmodule.c); see Python/pydtrace_threads.c.  The GIL
+ * probes never fire in the free-threaded build. */
+extern void _PyDTrace_FireGilTakeStart(void);
+extern void _PyDTrace_FireGilTakeDone(void);
+extern void _PyDTrace_FireGilDrop(void);
+extern void _PyDTrace_FireThreadStart(void);
+extern void _PyDTrace_FireThreadStop(void);
+
+#ifdef Py_GIL_DISABLED
+#  define _PyDTrace_GIL_TAKE_START() ((void)0)
+#  define _PyDTrace_GIL_TAKE_DONE() ((void)0)
+#  define _PyDTrace_GIL_DROP() ((void)0)
+#else
+#  define _PyDTrace_GIL_TAKE_START() \
+    do { \
+        if (PyDTrace_GIL_TAKE_START_ENABLED()) { \
+            _PyDTrace_FireGilTakeStart(); \
+        } \
+    } while (0)
+#  define _PyDTrace_GIL_TAKE_DONE() \
+    do { \
+        if (PyDTrace_GIL_TAKE_DONE_ENABLED()) { \
+            _PyDTrace_FireGilTakeDone(); \
+        } \
+    } while (0)
+#  define _PyDTrace_GIL_DROP() \
+    do { \
+        if (PyDTrace_GIL_DROP_ENABLED()) { \
+            _PyDTrace_FireGilDrop(); \
+        } \
+    } while (0)
+#endif
+
+#define _PyDTrace_THREAD_START() \
+    do { \
+        if (PyDTrace_THREAD_START_ENABLED()) { \
+            _PyDTrace_FireThreadStart(); \
+        } \
+    } while (0)
+
+#define _PyDTrace_THREAD_STOP() \
+    do { \
+        if (PyDTrace_THREAD_STOP_ENABLED()) { \
+            _PyDTrace_FireThreadStop(); \
+        } \
+    } while (0)
+
+/* asyncio Task steps (Modules/_asynciomodule.c, a shared extension module:
+ * it reads the semaphores through these exported pointers, index 0 for
+ * task__step__start and 1 for task__step__done); see
+ * Python/pydtrace_asyncio.c. */
+PyAPI_DATA(const unsigned short *const) _PyDTrace_TaskStepSemaphores[2];
+PyAPI_FUNC(void) _PyDTrace_FireTaskStep(int done, PyObject *task_name,
+                                        PyObject *coro);
+
+#define _PyDTrace_TASK_STEP_START(task_name, coro) \
+    do { \
+        if (*_PyDTrace_TaskStepSemaphores[0]) { \
+            _PyDTrace_FireTaskStep(0, (task_name), (coro)); \
+        } \
+    } while (0)
+
+#define _PyDTrace_TASK_STEP_DONE(task_name, coro) \
+    do { \
+        if (*_PyDTrace_TaskStepSemaphores[1]) { \
+            _PyDTrace_FireTaskStep(1, (task_name), (coro)); \
+        } \
+    } while (0)
+
 #else  /* !WITH_DTRACE */
 
 static inline PyStatus
@@ -215,9 +327,10 @@ _PyDTrace_LegacyToolEvents(PyInterpreterState *interp, int tool)
 }
 
 static inline uint8_t
-_PyDTrace_VisibleTools(PyInterpreterState *interp, uint8_t tools)
+_PyDTrace_VisibleTools(PyInterpreterState *interp, int event, uint8_t tools)
 {
     (void)interp;
+    (void)event;
     return tools;
 }
 
@@ -231,13 +344,21 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
 #define _PyDTrace_FireAuditFromPython(event, args, nargs) ((void)0)
 #define _PyDTrace_IMPORT_FIND_LOAD_START(name) ((void)0)
 #define _PyDTrace_IMPORT_FIND_LOAD_DONE(name, found) ((void)0)
-#define _PyDTrace_FilterTools(tstate, event, frame, instr, tools) (tools)
+#define _PyDTrace_FilterTools(tstate, event, frame, instr, nargs, args, tools) \
+    (tools)
 #define _PyDTrace_FilterJump(tstate, frame, instr, target, tools) (tools)
 #define _PyDTrace_Line(frame, line) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_START(type, cond) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_DONE(type, cond) ((void)0)
 #define _PyDTrace_InstanceDeleteStart(type) ((PyTypeObject *)NULL)
 #define _PyDTrace_InstanceDeleteDone(type) ((void)(type))
+#define _PyDTrace_GIL_TAKE_START() ((void)0)
+#define _PyDTrace_GIL_TAKE_DONE() ((void)0)
+#define _PyDTrace_GIL_DROP() ((void)0)
+#define _PyDTrace_THREAD_START() ((void)0)
+#define _PyDTrace_THREAD_STOP() ((void)0)
+#define _PyDTrace_TASK_STEP_START(task_name, coro) ((void)0)
+#define _PyDTrace_TASK_STEP_DONE(task_name, coro) ((void)0)
 
 #endif  /* !WITH_DTRACE */
 

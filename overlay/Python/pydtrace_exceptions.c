@@ -1,0 +1,103 @@
+/* exception__raise / exception__reraise / exception__handled probes
+ * (cpython-usdt).
+ *
+ * See Include/internal/pycore_dtrace.h for the rules every helper follows.
+ *
+ * While one of these probes is armed, the PEP 669 events RAISE, RERAISE
+ * and EXCEPTION_HANDLED are added to the legacy profile tool slot
+ * (Python/pydtrace_arming.c).  They are global events: no code is
+ * instrumented for them, and the interpreter's exception paths deliver them
+ * (Python/ceval.c) exactly when it would deliver them to a sys.monitoring
+ * tool; the slot has no callback for them, so only the probe sees them.
+ *
+ *   exception__raise(filename, funcname, lineno, exctype)     RAISE
+ *   exception__reraise(filename, funcname, lineno, exctype)   RERAISE
+ *   exception__handled(filename, funcname, lineno, exctype)   EXCEPTION_HANDLED
+ *
+ * filename, funcname (co_name) and lineno are the location of the frame the
+ * event is reported for: its code and its current line, the f_lineno that a
+ * sys.monitoring callback reads from that frame (for RAISE the raising
+ * instruction's line; for EXCEPTION_HANDLED and RERAISE the line where the
+ * exception entered the frame, not the handler's).  exctype is the
+ * exception type's name as a traceback prints it: __qualname__, prefixed
+ * with __module__ and a dot unless the module is builtins or __main__
+ * (ValueError, json.decoder.JSONDecodeError).
+ */
+
+#include "Python.h"
+#include "pycore_dtrace.h"
+#include "pycore_frame.h"         // _PyFrame_GetCode()
+#include "pycore_instruments.h"   // PY_MONITORING_EVENT_RAISE
+
+#include <string.h>
+
+#ifdef WITH_DTRACE
+
+static int
+event_armed(int event)
+{
+    switch (event) {
+        case PY_MONITORING_EVENT_RAISE:
+            return PyDTrace_EXCEPTION_RAISE_ENABLED();
+        case PY_MONITORING_EVENT_RERAISE:
+            return PyDTrace_EXCEPTION_RERAISE_ENABLED();
+        case PY_MONITORING_EVENT_EXCEPTION_HANDLED:
+            return PyDTrace_EXCEPTION_HANDLED_ENABLED();
+        default:
+            return 0;
+    }
+}
+
+/* Like the traceback module: a module that the type's __module__ does not
+ * name (missing, not a str, or unreadable without running code) prints as
+ * the bare qualified name.  *modbuf*, *qualbuf* and *buf* hold
+ * _PyDTrace_STRBUF_SIZE bytes each. */
+static const char *
+traceback_type_name(PyTypeObject *type, char *modbuf, char *qualbuf,
+                    char *buf)
+{
+    const char *module;
+    const char *qualname;
+    _PyDTrace_TypeNames(type, modbuf, qualbuf, &module, &qualname);
+    if (strcmp(module, "builtins") == 0 || strcmp(module, "__main__") == 0
+        || strcmp(module, "<unknown>") == 0)
+    {
+        return qualname;
+    }
+    return _PyDTrace_JoinDotted(module, qualname, buf, _PyDTrace_STRBUF_SIZE);
+}
+
+void
+_PyDTrace_ExceptionEvent(int event, _PyInterpreterFrame *frame,
+                         PyObject *exc)
+{
+    if (!event_armed(event)) {
+        return;
+    }
+    char modbuf[_PyDTrace_STRBUF_SIZE];
+    char qualbuf[_PyDTrace_STRBUF_SIZE];
+    char typebuf[_PyDTrace_STRBUF_SIZE];
+    const char *exctype = traceback_type_name(Py_TYPE(exc), modbuf, qualbuf,
+                                              typebuf);
+    PyCodeObject *code = _PyFrame_GetCode(frame);
+    char filebuf[_PyDTrace_STRBUF_SIZE];
+    char namebuf[_PyDTrace_STRBUF_SIZE];
+    const char *filename = _PyDTrace_StrAsUTF8(code->co_filename, filebuf,
+                                               sizeof(filebuf));
+    const char *funcname = _PyDTrace_StrAsUTF8(code->co_name, namebuf,
+                                               sizeof(namebuf));
+    int lineno = PyUnstable_InterpreterFrame_GetLine(frame);
+    switch (event) {
+        case PY_MONITORING_EVENT_RAISE:
+            PyDTrace_EXCEPTION_RAISE(filename, funcname, lineno, exctype);
+            break;
+        case PY_MONITORING_EVENT_RERAISE:
+            PyDTrace_EXCEPTION_RERAISE(filename, funcname, lineno, exctype);
+            break;
+        default:
+            PyDTrace_EXCEPTION_HANDLED(filename, funcname, lineno, exctype);
+            break;
+    }
+}
+
+#endif  /* WITH_DTRACE */
