@@ -184,6 +184,7 @@ dtrace_configure(PyInterpreterState *interp, int armed)
 struct watched_interp {
     PyInterpreterState *interp;
     int applied;        /* armed state its event sets were made for */
+    int profiling;      /* its profile slot has a profiler's events */
     int scheduled;      /* a dtrace_reconfigure() call is pending */
     struct watched_interp *next;
 };
@@ -213,6 +214,24 @@ find_interp(PyInterpreterState *interp)
         }
     }
     return NULL;
+}
+
+/* Called with the world stopped, before the profile slot's events change
+ * (or, with *profiling* -1, to read the state). */
+int
+_PyDTrace_SwapLegacyProfiling(PyInterpreterState *interp, int profiling)
+{
+    pthread_mutex_lock(&watcher.mutex);
+    struct watched_interp *w = find_interp(interp);
+    int before = 0;
+    if (w != NULL) {
+        before = w->profiling;
+        if (profiling >= 0) {
+            w->profiling = profiling;
+        }
+    }
+    pthread_mutex_unlock(&watcher.mutex);
+    return before;
 }
 
 /* Pending call: runs in a thread of the interpreter it was scheduled for,

@@ -35,12 +35,30 @@
  * classmethod, otherwise the type of __self__).  modulename is the
  * function's __module__ when that is a str, otherwise the module of that
  * type, otherwise "".
+ *
+ * Calls in progress when a tool starts watching CALL
+ * ---------------------------------------------------
+ * Whether a call delivers C_RETURN/C_RAISE to any tool is decided when the
+ * CALL instruction is dispatched: only INSTRUMENTED_CALL (and _KW,
+ * _FUNCTION_EX) emits them (Python/bytecodes.c).  While a cfunction probe
+ * is armed every CALL is instrumented, so a call that was in progress when
+ * a tool started watching CALL (sys.setprofile(f) itself, or
+ * sys.monitoring.set_events(tool, CALL)) would deliver a C_RETURN that the
+ * unarmed interpreter never emits.  _PyDTrace_CallToolsChanging() records
+ * those calls when the first visible tool gets CALL events, and their
+ * C_RETURN/C_RAISE then reaches the probe only.  A record is dropped at the
+ * next CALL event of the same instruction in the same frame, so a record
+ * for a call that was not in progress is harmless.
  */
 
 #include "Python.h"
 #include "pycore_dtrace.h"
 #include "pycore_frame.h"         // _PyFrame_GetCode()
 #include "pycore_instruments.h"   // _PyInstrumentation_MISSING
+#include "pycore_lock.h"          // PyMutex
+#include "pycore_opcode_metadata.h"  // CALL
+#include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
+#include "pycore_pystate.h"       // HEAD_LOCK()
 
 #ifdef WITH_DTRACE
 
@@ -59,10 +77,9 @@ method_owner(PyCFunctionObject *func)
     return Py_TYPE(self);
 }
 
-void
-_PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
-                         _Py_CODEUNIT *instr, PyObject *callable,
-                         PyObject *self_arg)
+static void
+fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
+               PyObject *callable, PyObject *self_arg)
 {
     int entry = (event == PY_MONITORING_EVENT_CALL);
     if (entry ? !PyDTrace_CFUNCTION_ENTRY_ENABLED()
@@ -121,6 +138,133 @@ _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
     }
     else {
         PyDTrace_CFUNCTION_RETURN(filename, funcname, lineno, modulename);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Calls in progress when a tool starts watching CALL
+ * ------------------------------------------------------------------------ */
+
+#define MAX_HIDDEN_CALLS 4096
+
+struct hidden_call {
+    _PyInterpreterFrame *frame;
+    _Py_CODEUNIT *instr;
+};
+
+static struct {
+    PyMutex mutex;              /* guards everything below */
+    Py_ssize_t count;           /* also read without the mutex */
+    struct hidden_call calls[MAX_HIDDEN_CALLS];
+} hidden;
+
+/* Remove the record of (frame, instr); return 1 if there was one. */
+static int
+take_hidden(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
+{
+    int found = 0;
+    PyMutex_Lock(&hidden.mutex);
+    for (Py_ssize_t i = 0; i < hidden.count; i++) {
+        if (hidden.calls[i].frame == frame
+            && hidden.calls[i].instr == instr)
+        {
+            hidden.calls[i] = hidden.calls[hidden.count - 1];
+            _Py_atomic_store_ssize_relaxed(&hidden.count, hidden.count - 1);
+            found = 1;
+            break;
+        }
+    }
+    PyMutex_Unlock(&hidden.mutex);
+    return found;
+}
+
+uint8_t
+_PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
+                         _Py_CODEUNIT *instr, PyObject *callable,
+                         PyObject *self_arg, uint8_t tools)
+{
+    fire_cfunction(event, frame, instr, callable, self_arg);
+    if (_Py_atomic_load_ssize_relaxed(&hidden.count) > 0
+        && take_hidden(frame, instr)
+        && event != PY_MONITORING_EVENT_CALL)
+    {
+        /* Dispatched before any tool watched CALL: no tool sees it. */
+        return 0;
+    }
+    return tools;
+}
+
+static int
+is_call_instruction(_PyInterpreterFrame *frame)
+{
+    PyCodeObject *code = _PyFrame_GetCode(frame);
+    int offset = (int)(frame->instr_ptr - _PyCode_CODE(code));
+    if (offset < 0 || offset >= Py_SIZE(code)) {
+        return 0;
+    }
+    int opcode = _Py_GetBaseOpcode(code, offset);
+    return (opcode == CALL || opcode == CALL_KW
+            || opcode == CALL_FUNCTION_EX);
+}
+
+/* Record the calls in progress in the frames (of *code*, or all) of every
+ * thread of *interp*.  Called with the world stopped. */
+static void
+hide_calls_in_progress(PyInterpreterState *interp, PyCodeObject *code)
+{
+    PyMutex_Lock(&hidden.mutex);
+    HEAD_LOCK(interp->runtime);
+    for (PyThreadState *ts = interp->threads.head; ts != NULL;
+         ts = ts->next)
+    {
+        for (_PyInterpreterFrame *f = ts->current_frame; f != NULL;
+             f = f->previous)
+        {
+            if (f->owner == FRAME_OWNED_BY_CSTACK
+                || (code != NULL && _PyFrame_GetCode(f) != code)
+                || !is_call_instruction(f)
+                || hidden.count >= MAX_HIDDEN_CALLS)
+            {
+                continue;
+            }
+            hidden.calls[hidden.count].frame = f;
+            hidden.calls[hidden.count].instr = f->instr_ptr;
+            _Py_atomic_store_ssize_relaxed(&hidden.count, hidden.count + 1);
+        }
+    }
+    HEAD_UNLOCK(interp->runtime);
+    PyMutex_Unlock(&hidden.mutex);
+}
+
+void
+_PyDTrace_CallToolsChanging(PyInterpreterState *interp, PyCodeObject *code,
+                            int tool_id, uint32_t events)
+{
+    const uint8_t profile = 1 << PY_MONITORING_SYS_PROFILE_ID;
+    uint8_t before = interp->monitors.tools[PY_MONITORING_EVENT_CALL];
+    if (code != NULL && code->_co_monitoring != NULL) {
+        before |= code->_co_monitoring->local_monitors.tools[
+            PY_MONITORING_EVENT_CALL];
+    }
+    int wants_call = (events >> PY_MONITORING_EVENT_CALL) & 1;
+    /* Does the profile slot watch CALL for a sys.setprofile() function, or
+     * only for the probes? */
+    int was_profiling;
+    if (tool_id == PY_MONITORING_SYS_PROFILE_ID) {
+        int profiling =
+            FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) > 0;
+        was_profiling = _PyDTrace_SwapLegacyProfiling(interp, profiling);
+        wants_call = wants_call && profiling;
+    }
+    else {
+        was_profiling = _PyDTrace_SwapLegacyProfiling(interp, -1);
+    }
+    int probes_only = (before & profile) && !was_profiling;
+    if (probes_only) {
+        before &= ~profile;
+    }
+    if (before == 0 && wants_call && probes_only) {
+        hide_calls_in_progress(interp, code);
     }
 }
 

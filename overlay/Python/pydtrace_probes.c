@@ -185,8 +185,8 @@ _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
             case PY_MONITORING_EVENT_C_RAISE:
                 /* args: callable, then its first argument or MISSING. */
                 assert(nargs == 4);
-                _PyDTrace_CFunctionEvent(event, frame, instr, args[3],
-                                         args[4]);
+                tools = _PyDTrace_CFunctionEvent(event, frame, instr,
+                                                 args[3], args[4], tools);
                 break;
             case PY_MONITORING_EVENT_RAISE:
             case PY_MONITORING_EVENT_RERAISE:

@@ -137,11 +137,26 @@ _PyDTrace_FilterJump(PyThreadState *tstate,
 }
 
 /* CALL, C_RETURN and C_RAISE events of the legacy profile slot
- * (Python/pydtrace_cfunction.c): cfunction__entry/return. */
-extern void _PyDTrace_CFunctionEvent(int event,
-                                     struct _PyInterpreterFrame *frame,
-                                     _Py_CODEUNIT *instr, PyObject *callable,
-                                     PyObject *self_arg);
+ * (Python/pydtrace_cfunction.c): fire cfunction__entry/return, and return
+ * *tools*, or 0 for the C_RETURN/C_RAISE of a call that no tool watched
+ * when it started. */
+extern uint8_t _PyDTrace_CFunctionEvent(int event,
+                                        struct _PyInterpreterFrame *frame,
+                                        _Py_CODEUNIT *instr,
+                                        PyObject *callable,
+                                        PyObject *self_arg, uint8_t tools);
+
+/* Python/instrumentation.c, before the CALL events of *tool_id* (in *code*,
+ * or global if NULL) become *events*: see Python/pydtrace_cfunction.c. */
+extern void _PyDTrace_CallToolsChanging(PyInterpreterState *interp,
+                                        PyCodeObject *code, int tool_id,
+                                        uint32_t events);
+
+/* Record whether the profile slot of *interp* has a sys.setprofile()
+ * function's events (*profiling* 1 or 0; -1 only reads it); return what
+ * it was (Python/pydtrace_arming.c). */
+extern int _PyDTrace_SwapLegacyProfiling(PyInterpreterState *interp,
+                                         int profiling);
 
 /* RAISE, RERAISE and EXCEPTION_HANDLED events of the legacy profile slot
  * (Python/pydtrace_exceptions.c): exception__raise/reraise/handled. */
@@ -342,6 +357,7 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
 }
 
 #define _PyDTrace_FireAuditFromPython(event, args, nargs) ((void)0)
+#define _PyDTrace_CallToolsChanging(interp, code, tool_id, events) ((void)0)
 #define _PyDTrace_IMPORT_FIND_LOAD_START(name) ((void)0)
 #define _PyDTrace_IMPORT_FIND_LOAD_DONE(name, found) ((void)0)
 #define _PyDTrace_FilterTools(tstate, event, frame, instr, nargs, args, tools) \
