@@ -170,6 +170,16 @@ class Bpftrace:
         return run(cmd, timeout=timeout, env=env)
 
     @staticmethod
+    def maps(stdout):
+        """(map name, [key fields], value) for each entry of the maps
+        bpftrace prints at exit (keys split at ", ", values int)."""
+        for line in stdout.splitlines():
+            if line.startswith("@"):
+                head, _, value = line.rpartition(": ")
+                name, _, keys = head[1:].partition("[")
+                yield name, keys[:-1].split(", ") if keys else [], int(value)
+
+    @staticmethod
     def errors(proc):
         """bpftrace's stderr (proc's, or the string proc) without its
         harmless RLIMIT_MEMLOCK notice, and what the kernel said if it

@@ -3,9 +3,8 @@ and stops a Python frame, each from a warm (specialised) call site.
 
 tests/test_parity.py runs it once under sys.setprofile and once under
 bpftrace's function__entry/function__return probes, and compares the
-per-thread, per-function counts.  It prints "ROLE <name> <native thread
-id>" for every thread that runs the corpus, so counts keyed by thread id
-can be matched between the two runs.
+per-thread, per-function counts.  It runs in three threads
+(corpus_threads.py).
 
 usage: parity_corpus.py [--profile|--trace] [ROUNDS]
 
@@ -15,6 +14,8 @@ instead, for the line probe.
 
 import sys
 import threading
+
+from corpus_threads import run_in_three_threads
 
 ROUNDS = 2000
 
@@ -152,16 +153,6 @@ def corpus(rounds):
     return total
 
 
-def role(name):
-    sys.stdout.write("ROLE %s %d\n" % (name, threading.get_native_id()))
-    sys.stdout.flush()
-
-
-def worker(name, rounds):
-    role(name)
-    corpus(rounds)
-
-
 def main():
     args = sys.argv[1:]
     mode = args.pop(0) if args and args[0].startswith("--") else None
@@ -194,14 +185,7 @@ def main():
     install = hooks[mode]
     if install:
         install(profiler if mode == "--profile" else tracer)
-    role("main")
-    threads = [threading.Thread(target=worker, args=("thread-%d" % n, rounds))
-               for n in (1, 2)]
-    for t in threads:
-        t.start()
-    corpus(rounds)
-    for t in threads:
-        t.join()
+    run_in_three_threads(corpus, rounds)
     if install:
         install(None)
         for key, count in sorted(counts.items()):
