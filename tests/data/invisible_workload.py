@@ -124,6 +124,239 @@ def case_threads():
             print("thread", f.read().strip())
 
 
+def c_workload(rounds=1):
+    """C calls, C calls that raise, re-raises and exception groups: what the
+    cfunction__* and exception__* probes report."""
+    import math
+    items = []
+    for _ in range(rounds):
+        items.append(1)
+        list.append(items, len(items))
+        try:
+            list.append(3, 4)           # a descriptor with a wrong self
+        except TypeError:
+            pass
+        try:
+            math.sqrt(-1)
+        except ValueError:
+            pass
+        try:
+            try:
+                raise KeyError("k")
+            except KeyError:
+                raise
+        except KeyError:
+            pass
+        try:
+            raise ExceptionGroup("g", [ValueError(1), TypeError(2)])
+        except* ValueError:
+            pass
+        except* TypeError:
+            pass
+    return len(items)
+
+
+def case_profile_events():
+    # A sys.setprofile() function gets exactly its own thread's events, C
+    # calls included; a thread without one gets none.
+    import threading
+    events = []
+
+    def profiler(frame, event, arg):
+        if frame.f_code.co_filename == __file__:
+            name = (arg.__qualname__ if event.startswith("c_")
+                    else frame.f_code.co_name)
+            events.append("%s %s %s" % (threading.current_thread().name,
+                                        event, name))
+
+    other = threading.Thread(target=c_workload, args=(3,), name="other")
+    sys.setprofile(profiler)
+    c_workload()
+    other.start()
+    other.join()
+    sys.setprofile(None)
+    print(*events, sep="\n")
+
+
+def case_monitoring_events():
+    # A sys.monitoring tool gets exactly its events, and a DISABLE returned
+    # for one call site holds although the armed probes keep CALL
+    # instrumented on the legacy profile slot.
+    E = sys.monitoring.events
+    tool = 3
+    events = []
+
+    def record(event):
+        def callback(code, offset, *args):
+            if code.co_filename != __file__:
+                return None
+            obj = args[0] if args else None
+            name = getattr(obj, "__qualname__", type(obj).__name__)
+            events.append("%s %s %s" % (event, code.co_name, name))
+            if event == "CALL" and obj is len:
+                return sys.monitoring.DISABLE
+            return None
+        return callback
+
+    def work():
+        for _ in range(3):
+            len("abc")
+        return c_workload()
+
+    sys.monitoring.use_tool_id(tool, "invisible")
+    names = ("CALL", "C_RETURN", "C_RAISE", "RAISE", "RERAISE",
+             "EXCEPTION_HANDLED")
+    for name in names:
+        sys.monitoring.register_callback(tool, getattr(E, name), record(name))
+    mask = 0
+    for name in names:
+        mask |= getattr(E, name)
+    sys.monitoring.set_events(tool, mask)
+    work()
+    sys.monitoring.set_events(tool, 0)
+    sys.monitoring.free_tool_id(tool)
+    print(*events, sep="\n")
+
+
+def case_all_events_tools():
+    # The legacy slots show only for the events their profile/trace
+    # function asked for, next to a tool's events, while the probes use
+    # the profile slot for CALL and the exception events too.
+    E = sys.monitoring.events
+    sys.monitoring.use_tool_id(2, "tool")
+    sys.monitoring.set_events(2, E.RAISE | E.CALL | E.EXCEPTION_HANDLED)
+    print(sorted(sys.monitoring._all_events().items()))
+    sys.setprofile(lambda *args: None)
+    print(sorted(sys.monitoring._all_events().items()))
+    sys.settrace(lambda *args: None)
+    print(sorted(sys.monitoring._all_events().items()))
+    sys.setprofile(None)
+    sys.settrace(None)
+    sys.monitoring.set_events(2, 0)
+    sys.monitoring.free_tool_id(2)
+    print(sys.monitoring._all_events())
+
+
+def case_exception_chaining():
+    # What a traceback shows: causes, contexts, groups, notes, re-raises.
+    import traceback
+
+    def inner():
+        raise KeyError("inner")
+
+    def middle():
+        try:
+            inner()
+        except KeyError as exc:
+            raise ValueError("middle") from exc
+
+    def outer():
+        try:
+            middle()
+        except ValueError:
+            try:
+                {}["missing"]
+            except KeyError as exc:
+                exc.add_note("a note")
+                raise
+        return None
+
+    def group():
+        try:
+            raise ExceptionGroup("g", [ValueError(1), TypeError(2)])
+        except* ValueError as eg:
+            raise RuntimeError("from group") from eg
+
+    def suppressed():
+        try:
+            inner()
+        except KeyError:
+            raise LookupError("no context") from None
+
+    for func in (outer, group, suppressed):
+        try:
+            func()
+        except BaseException as exc:
+            caught = exc
+        text = "".join(traceback.format_exception(caught))
+        print(text.replace(__file__, "W"), end="")
+        print("context", type(caught.__context__).__name__,
+              "cause", type(caught.__cause__).__name__,
+              "suppress", caught.__suppress_context__)
+    try:
+        try:
+            raise OSError("handled")
+        except OSError:
+            print("in handler", repr(sys.exception()))
+        print("after handler", repr(sys.exception()))
+    finally:
+        pass
+
+
+def case_asyncio_names():
+    # The task probes read a default name (kept as an int until get_name())
+    # without changing it.
+    import asyncio
+
+    async def steps(n):
+        for _ in range(n):
+            await asyncio.sleep(0)
+        return asyncio.current_task().get_name()
+
+    async def main():
+        tasks = [asyncio.create_task(steps(2)) for _ in range(2)]
+        tasks.append(asyncio.create_task(steps(1), name="named"))
+        renamed = asyncio.create_task(steps(2))
+        await asyncio.sleep(0)
+        renamed.set_name(7)
+        tasks.append(renamed)
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)
+        tasks.append(asyncio.create_task(steps(0), name="eager"))
+        tasks.append(asyncio.create_task(steps(1)))
+        loop.set_task_factory(None)
+        results = await asyncio.gather(*tasks)
+        return results, [task.get_name() for task in tasks]
+
+    results, names = asyncio.run(main())
+    print(results)
+    print(names)
+
+
+def case_thread_exit():
+    # A thread's end runs threading.excepthook and its thread-local
+    # destructors, all before join() returns.
+    import threading
+    said = []
+
+    class Goodbye:
+        def __init__(self, name):
+            self.name = name
+
+        def __del__(self):
+            said.append("del %s" % self.name)
+
+    local = threading.local()
+
+    def target(name, fail):
+        local.value = Goodbye(name)
+        if fail:
+            raise ValueError(name)
+
+    def excepthook(args):
+        said.append("excepthook %s %s %s" % (
+            args.thread.name, args.exc_type.__name__, args.exc_value))
+
+    threading.excepthook = excepthook
+    for name, fail in (("quiet", False), ("failing", True)):
+        thread = threading.Thread(target=target, args=(name, fail), name=name)
+        thread.start()
+        thread.join()
+        said.append("joined %s alive %s" % (name, thread.is_alive()))
+    said.append("threads %d" % threading.active_count())
+    print(*said, sep="\n")
+
+
 if __name__ == "__main__":
     import os
     case = sys.argv[1] if len(sys.argv) > 1 else os.environ["INVISIBLE_CASE"]
