@@ -7,9 +7,13 @@ Each bpftrace script runs as it is documented,
 on a small workload whose behaviour is known, and the test checks both the
 shape of the output (the one Doc/howto/instrumentation.rst shows) and its
 content.  Where the probes promise to match a Python-level hook (the
-function probes sys.setprofile(), the line probe sys.settrace()), the
-expected output is computed by running the same workload under that hook
-with the same interpreter.
+function and C function probes sys.setprofile(), the line probe
+sys.settrace(), the exception probes sys.monitoring's exception events),
+the expected output is computed by running the same workload under that
+hook with the same interpreter; task steps are counted with
+sys.monitoring too, and the thread and GIL scripts are checked against
+what the workload prints about its threads.  pystat.bt is attached with
+-p to a process that works on request.
 
 The SystemTap scripts can only be checked here: `stap -p2` resolves their
 probe points against the interpreter without running them.
@@ -17,12 +21,14 @@ probe points against the interpreter without running them.
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import textwrap
+import threading
 import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, TOP, require_bpftrace,
@@ -35,6 +41,18 @@ CALL_STACK_LINE = re.compile(
     r"^(\d+)\t( function-entry|function-return):( *)([^ ].*):(\d+)$")
 # A map entry printed by bpftrace: @name[key, key, ...]: value
 MAP_ENTRY = re.compile(r"^@(\w+)\[(.*)\]: (-?\d+)$")
+
+# A map entry of stats(): @name[key, ...]: count N, average A, total T
+STATS_ENTRY = re.compile(
+    r"^@(\w+)\[(.*)\]: count (\d+), average (-?\d+), total (-?\d+)$")
+# The first line of a histogram ("@name[key, ...]: ") and one of its
+# buckets ("[8M, 16M)   4 |@@@@|", "[1]   1 |@|")
+HIST_START = re.compile(r"^@(\w+)\[(.*)\]: ?$")
+HIST_BUCKET = re.compile(
+    r"^\[(\d+)([KMGTPE]?)(?:, \d+[KMGTPE]?\)|\])\s+(\d+) \|")
+# The suffixes of histogram bounds: powers of 1024
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
+         "P": 2**50, "E": 2**60}
 
 
 def script_path(name):
@@ -65,6 +83,40 @@ def map_entries(output, name):
             key = tuple(match.group(2).split(", "))
             entries[key] = int(match.group(3))
     return entries
+
+
+def stats_entries(output, name):
+    """{key tuple: (count, average, total)} for the stats() map @name."""
+    entries = {}
+    for line in output.splitlines():
+        match = STATS_ENTRY.match(line)
+        if match and match.group(1) == name:
+            key = tuple(match.group(2).split(", "))
+            entries[key] = tuple(int(match.group(i)) for i in (3, 4, 5))
+    return entries
+
+
+def histograms(output, name):
+    """{key tuple: {bucket lower bound: count}} for the hist() map @name,
+    empty buckets left out."""
+    found = {}
+    buckets = None
+    for line in output.splitlines():
+        start = HIST_START.match(line)
+        if start:
+            buckets = None
+            if start.group(1) == name:
+                buckets = found.setdefault(
+                    tuple(start.group(2).split(", ")), {})
+            continue
+        bucket = HIST_BUCKET.match(line)
+        if bucket and buckets is not None:
+            if int(bucket.group(3)):
+                low = int(bucket.group(1)) * UNITS[bucket.group(2)]
+                buckets[low] = int(bucket.group(3))
+        elif buckets is not None and line.strip():
+            buckets = None
+    return found
 
 
 def call_stack_lines(output):
@@ -415,13 +467,617 @@ class InstancesTest(UsdtScriptTestCase):
         self.assertEqual(live.get(("__main__", "Kept")), 200, output)
 
 
+# Reference C calls computed with threading.setprofile_all_threads():
+# {"module|qualname": count} of the 'c_call' events, and of the 'c_return'
+# and 'c_exception' events, of main(), named as cfunction__entry names
+# the callable.
+CCALLS_REFERENCE = textwrap.dedent("""\
+    import collections, json, runpy, sys, threading
+    calls = collections.Counter()
+    returns = collections.Counter()
+    def name(func):
+        module = getattr(func, "__module__", None)
+        if not isinstance(module, str):
+            owner = getattr(func, "__self__", None)
+            if owner is None or isinstance(owner, type(sys)):
+                module = ""
+            else:
+                owner = owner if isinstance(owner, type) else type(owner)
+                module = owner.__module__
+        return "%s|%s" % (module, func.__qualname__)
+    def profile(frame, event, arg):
+        if event == "c_call":
+            calls[name(arg)] += 1
+        elif event in ("c_return", "c_exception"):
+            returns[name(arg)] += 1
+    namespace = runpy.run_path(sys.argv[1], run_name="reference")
+    threading.setprofile_all_threads(profile)
+    namespace["main"]()
+    threading.setprofile_all_threads(None)
+    # the switch itself: reported on the way in and out of profiling
+    for counter in (calls, returns):
+        counter.pop("sys|_setprofileallthreads", None)
+    print(json.dumps({"calls": calls, "returns": returns}))
+""")
+
+# Reference exception events computed with a sys.monitoring tool:
+# {"event|type|filename|funcname|lineno": count}, the type named as a
+# traceback names it, the line read as the howto says a tool reads it.
+EXCEPTIONS_REFERENCE = textwrap.dedent("""\
+    import collections, json, runpy, sys
+    M = sys.monitoring
+    TOOL = 4
+    events = collections.Counter()
+    def type_name(exc):
+        cls = type(exc)
+        if cls.__module__ in ("builtins", "__main__"):
+            return cls.__qualname__
+        return "%s.%s" % (cls.__module__, cls.__qualname__)
+    def recorder(event):
+        def callback(code, offset, exc):
+            events["%s|%s|%s|%s|%d" % (
+                event, type_name(exc), code.co_filename, code.co_name,
+                sys._getframe(1).f_lineno)] += 1
+        return callback
+    M.use_tool_id(TOOL, "reference")
+    for event, name in ((M.events.RAISE, "raised"),
+                        (M.events.RERAISE, "reraised"),
+                        (M.events.EXCEPTION_HANDLED, "handled")):
+        M.register_callback(TOOL, event, recorder(name))
+    M.set_events(TOOL, M.events.RAISE | M.events.RERAISE
+                 | M.events.EXCEPTION_HANDLED)
+    runpy.run_path(sys.argv[1], run_name="__main__")
+    M.set_events(TOOL, 0)
+    print(json.dumps(events))
+""")
+
+# Reference task steps computed with a sys.monitoring tool: {coroutine
+# qualname: count} of the starts, resumptions and throws of the coroutine
+# code objects of the workload file.  Each task step sends into (or
+# throws into) its coroutine once; the workload awaits no coroutine of its
+# own file except as a task.
+TASKS_REFERENCE = textwrap.dedent("""\
+    import collections, inspect, json, runpy, sys
+    M = sys.monitoring
+    TOOL = 4
+    target = sys.argv[1]
+    steps = collections.Counter()
+    def step(code, *args):
+        if (code.co_filename == target
+                and code.co_flags & inspect.CO_COROUTINE):
+            steps[code.co_qualname] += 1
+    M.use_tool_id(TOOL, "reference")
+    for event in (M.events.PY_START, M.events.PY_RESUME, M.events.PY_THROW):
+        M.register_callback(TOOL, event, step)
+    M.set_events(TOOL, M.events.PY_START | M.events.PY_RESUME
+                 | M.events.PY_THROW)
+    runpy.run_path(target, run_name="__main__")
+    M.set_events(TOOL, 0)
+    print(json.dumps(steps))
+""")
+
+
+class CCallsTest(UsdtScriptTestCase):
+
+    WORKLOAD = """\
+        import collections, functools, math, threading, time, zlib
+
+        def inner(a, b):
+            time.sleep(0.01)
+            return a + b
+
+        def outer(a, b):
+            time.sleep(0.01)
+            return functools.reduce(inner, [a, b])
+
+        def fails():
+            try:
+                math.factorial(-1)
+            except ValueError:
+                pass
+
+        def worker():
+            d = collections.deque()
+            for i in range(50):
+                d.appendleft(i)
+            zlib.crc32(b"abc")
+
+        def spawn(target):
+            thread = threading.Thread(target=target)
+            thread.start()
+            thread.join()
+
+        def main():
+            # reduce() inside reduce(), through Python code
+            functools.reduce(outer, [1, 2])
+            for _ in range(3):
+                fails()
+            spawn(worker)
+            dict.fromkeys("abc")
+            # map() calls gcd from C: not a call from Python code
+            list(map(math.gcd, [4, 6], [2, 3]))
+            math.comb(5, 2)
+
+        if __name__ == "__main__":
+            main()
+        """
+
+    def test_counts_match_setprofile(self):
+        workload = self.write("cc_main.py", self.WORKLOAD)
+        # The same program without main(), but a thread that does nothing:
+        # what start-up, shutdown and a thread's own start and end call,
+        # outside the reach of setprofile.
+        baseline = self.write("cc_base.py", self.WORKLOAD.replace(
+            "            main()\n", "            spawn(object)\n"))
+        reference = json.loads(self.reference(CCALLS_REFERENCE, workload))
+        output = self.run_script("ccalls.bt", workload, ("time", "sleep"))
+        base_output = self.run_script("ccalls.bt", baseline)
+        got = {"|".join(key): value for key, value
+               in stats_entries(output, "ns").items()}
+        base = {"|".join(key) for key in stats_entries(base_output, "ns")}
+        self.assertTrue(base, base_output)
+        # Callables that only main() calls: the counts are exact.
+        compared = set(reference["calls"]) - base
+        self.assertLessEqual(
+            {"math|comb", "math|factorial", "zlib|crc32", "time|sleep",
+             "collections|deque.appendleft", "_functools|reduce",
+             "builtins|dict.fromkeys"}, compared, reference)
+        self.assertNotIn("math|gcd", reference["calls"])
+        self.assertNotIn("math|gcd", got)
+        self.assertEqual(reference["calls"]["collections|deque.appendleft"],
+                         50)
+        for name in sorted(compared):
+            with self.subTest(callable=name):
+                self.assertEqual(reference["returns"].get(name),
+                                 reference["calls"][name])
+                self.assertIn(name, got, output)
+                count, average, total = got[name]
+                self.assertEqual(count, reference["calls"][name], output)
+                self.assertEqual(average, total // count)
+        # Nested calls are timed on their own: the outer reduce() spans two
+        # sleeps, the inner one a third.
+        self.assertGreaterEqual(got["_functools|reduce"][2], 30 * 10**6)
+        self.assertGreaterEqual(got["time|sleep"][2], 20 * 10**6)
+        # The histogram of the callable given: every sleep(0.01) >= 8 ms
+        latency = histograms(output, "latency_ns")
+        self.assertEqual(list(latency), [("time", "sleep")], output)
+        buckets = latency[("time", "sleep")]
+        self.assertEqual(sum(buckets.values()), got["time|sleep"][0])
+        self.assertGreaterEqual(min(buckets), 8 * 2**20, output)
+        # Without a callable: the histogram of the one called most often.
+        counts = {key: value[0] for key, value
+                  in stats_entries(base_output, "ns").items()}
+        latency = histograms(base_output, "latency_ns")
+        self.assertEqual(len(latency), 1, base_output)
+        (top, buckets), = latency.items()
+        self.assertEqual(sum(buckets.values()), max(counts.values()))
+        self.assertEqual(counts[top], max(counts.values()))
+        # @total_ns: the 20 largest totals, the largest last, equal to the
+        # totals of @ns.
+        totals = [(key, value) for key, value in
+                  map_entries(output, "total_ns").items()]
+        self.assertEqual(len(totals), 20, output)
+        self.assertEqual([v for _, v in totals],
+                         sorted(v for _, v in totals))
+        for key, value in totals:
+            self.assertEqual(value, got["|".join(key)][2])
+        self.assertEqual(min(v for _, v in totals),
+                         sorted(v[2] for v in got.values())[-20])
+
+
+class ExceptionsTest(UsdtScriptTestCase):
+
+    def test_counts_match_sys_monitoring(self):
+        workload = self.write("exc_workload.py", """\
+            import json, threading
+
+            class AppError(Exception):
+                pass
+
+            def parse(text):
+                return json.loads(text)
+
+            def fail():
+                raise AppError("deep")
+
+            def middle():
+                fail()
+
+            def work():
+                for _ in range(3):
+                    try:
+                        parse("{")
+                    except ValueError:
+                        pass
+                try:
+                    try:
+                        middle()
+                    finally:
+                        pass
+                except AppError:
+                    pass
+                try:
+                    try:
+                        {}["missing"]
+                    except KeyError:
+                        raise
+                except LookupError:
+                    pass
+                try:
+                    raise ExceptionGroup("group", [TypeError(1), OSError(2)])
+                except* TypeError:
+                    pass
+                except* OSError:
+                    pass
+
+            work()
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+            """)
+        reference = json.loads(self.reference(EXCEPTIONS_REFERENCE,
+                                              workload))
+        expected = {}
+        functions = {}
+        for key, count in reference.items():
+            event, exctype, filename, funcname, line = key.split("|")
+            if filename == workload:
+                expected[event, exctype, int(line)] = count
+                site = (funcname, int(line))
+                functions[site] = functions.get(site, 0) + count
+        # The reference shows what this test is about.
+        events = {event for event, _, _ in expected}
+        self.assertEqual(events, {"raised", "reraised", "handled"})
+        types = {exctype for _, exctype, _ in expected}
+        self.assertLessEqual({"AppError", "json.decoder.JSONDecodeError",
+                              "KeyError", "ExceptionGroup"}, types)
+        output = self.run_script("exceptions.bt", workload)
+        got = {}
+        for event in ("raised", "reraised", "handled"):
+            for (exctype, filename, line), count in map_entries(
+                    output, event).items():
+                if filename == workload:
+                    got[event, exctype, int(line)] = count
+        self.assertEqual(got, expected, output)
+        sites = {(funcname, int(line)): count
+                 for (filename, funcname, line), count
+                 in map_entries(output, "sites").items()
+                 if filename == workload}
+        self.assertEqual(sites, functions, output)
+        # @types: the totals per type and event, over every file
+        per_event = {event: map_entries(output, event)
+                     for event in ("raised", "reraised", "handled")}
+        types = map_entries(output, "types")
+        self.assertIn(("AppError", "reraised"), types, output)
+        for (exctype, event), count in types.items():
+            self.assertEqual(count, sum(value for key, value
+                                        in per_event[event].items()
+                                        if key[0] == exctype),
+                             (exctype, event))
+
+
+class GilTest(UsdtScriptTestCase):
+
+    def test_two_spinning_threads(self):
+        # Two CPU-bound threads that overlap: each waits for the other to
+        # be asked to drop the GIL, after the switch interval.
+        workload = self.write("gil_workload.py", """\
+            import sys, threading
+
+            def spin():
+                n = 3_000_000
+                while n:
+                    n -= 1
+
+            threads = [threading.Thread(target=spin) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            print("workers", *(thread.native_id for thread in threads))
+            print("main", threading.get_native_id())
+            print("switch_ns", int(sys.getswitchinterval() * 1e9))
+            """)
+        output = self.run_script("gil.bt", workload)
+        facts = {line.split()[0]: line.split()[1:]
+                 for line in output.splitlines()
+                 if line.startswith(("workers ", "main ", "switch_ns "))}
+        workers = facts["workers"]
+        switch_ns = int(facts["switch_ns"][0])
+        waits = {key[0]: value for key, value
+                 in map_entries(output, "wait_total_ns").items()}
+        holds = {key[0]: value for key, value
+                 in map_entries(output, "hold_total_ns").items()}
+        percent = {key[0]: value for key, value
+                   in map_entries(output, "contention_pct").items()}
+        wait_hist = {key[0]: value for key, value
+                     in histograms(output, "wait_ns").items()}
+        hold_hist = {key[0]: value for key, value
+                     in histograms(output, "hold_ns").items()}
+        self.assertIn(facts["main"][0], holds, output)
+        for tid in workers:
+            with self.subTest(thread=tid):
+                self.assertIn(tid, wait_hist, output)
+                self.assertIn(tid, hold_hist, output)
+                self.assertGreater(waits[tid], 0)
+                self.assertGreater(holds[tid], 0)
+                # waited for the other spinning thread at least once
+                # (bucket [L, 2L) holds a wait of a switch interval)
+                self.assertGreater(2 * max(wait_hist[tid]), switch_ns,
+                                   output)
+        for tid, value in percent.items():
+            with self.subTest(thread=tid):
+                self.assertTrue(0 <= value <= 100, value)
+                total = waits.get(tid, 0) + holds.get(tid, 0)
+                self.assertEqual(value, 100 * waits.get(tid, 0) // total)
+        # The line over all threads: the sums of the threads' totals.
+        match = re.search(r"^all threads: wait (\d+) ns, hold (\d+) ns, "
+                          r"contention (\d+)\.(\d)%$", output, re.M)
+        self.assertIsNotNone(match, output)
+        wait, hold, whole, tenth = map(int, match.groups())
+        self.assertEqual(wait, sum(waits.values()))
+        self.assertEqual(hold, sum(holds.values()))
+        self.assertEqual(whole * 10 + tenth, 1000 * wait // (wait + hold))
+
+
+class ThreadsTest(UsdtScriptTestCase):
+
+    # "<time> start <thread_id> <native_id>", "... stop ... <duration>"
+    LINE = re.compile(r"^(\d+) +(start|stop) +(\d+) +(\d+)(?: +(\d+|-))?$")
+
+    def test_lifetimes(self):
+        workload = self.write("threads_workload.py", """\
+            import sys, threading, time
+
+            def say(*words):
+                # one write per line: threads print at the same time
+                sys.stdout.write(" ".join(map(str, words)) + "\\n")
+                sys.stdout.flush()
+
+            def work(seconds):
+                say("worker", threading.get_ident(),
+                    threading.get_native_id(), seconds)
+                time.sleep(seconds)
+
+            threads = [threading.Thread(target=work, args=(0.05 * (i + 1),))
+                       for i in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            started = threading.Event()
+            def forever():
+                say("daemon", threading.get_ident(), threading.get_native_id())
+                started.set()
+                time.sleep(600)
+            threading.Thread(target=forever, daemon=True).start()
+            started.wait()
+            say("main", threading.get_ident(), threading.get_native_id())
+            """)
+        output = self.run_script("threads.bt", workload)
+        lines = output.splitlines()
+        self.assertRegex(lines[0], r"^TIME_NS +EVENT +THREAD_ID +NATIVE_ID "
+                                   r"+DURATION_US$")
+        workers = {}
+        daemon = main = None
+        for line in lines:
+            words = line.split()
+            if words and words[0] == "worker":
+                workers[words[1], words[2]] = float(words[3])
+            elif words and words[0] == "daemon":
+                daemon = (words[1], words[2])
+            elif words and words[0] == "main":
+                main = (words[1], words[2])
+        self.assertEqual(len(workers), 3, output)
+        starts, stops = [], {}
+        for line in lines:
+            match = self.LINE.match(line)
+            if match and match.group(2) == "start":
+                starts.append(match.group(3, 4))
+            elif match:
+                self.assertNotIn(match.group(3, 4), stops, output)
+                stops[match.group(3, 4)] = match.group(5)
+        # One start per thread, none for the main thread.
+        self.assertEqual(sorted(starts), sorted([*workers, daemon]), output)
+        self.assertNotIn(main, starts)
+        # Each worker stopped, after its sleep; the daemon never did.
+        self.assertEqual(set(stops), set(workers), output)
+        for ids, seconds in workers.items():
+            self.assertGreaterEqual(int(stops[ids]), seconds * 1e6, output)
+        self.assertRegex(output, r"(?m)^\d+ +end$")
+        running = map_entries(output, "running")
+        self.assertEqual(list(running), [daemon], output)
+        start_time = [int(m.group(1)) for m in map(self.LINE.match, lines)
+                      if m and m.group(3, 4) == daemon]
+        self.assertEqual(list(running.values()), start_time)
+
+
+class TasksTest(UsdtScriptTestCase):
+
+    def test_steps_match_sys_monitoring(self):
+        workload = self.write("tasks_workload.py", """\
+            import asyncio, time
+
+            async def ticker(n):
+                for _ in range(n):
+                    await asyncio.sleep(0)
+                return n
+
+            async def stall():
+                time.sleep(0.02)
+                await asyncio.sleep(0)
+
+            async def eager_child():
+                time.sleep(0.01)
+                await asyncio.sleep(0)
+
+            async def fails():
+                await asyncio.sleep(0)
+                raise ValueError
+
+            async def sleeper():
+                await asyncio.sleep(60)
+
+            async def main():
+                await asyncio.gather(ticker(3), ticker(5), stall(),
+                                     return_exceptions=True)
+                await asyncio.gather(fails(), return_exceptions=True)
+                task = asyncio.create_task(sleeper(), name="cancelled")
+                await asyncio.sleep(0)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                loop = asyncio.get_running_loop()
+                # The first step of an eager task runs inside this one.
+                loop.set_task_factory(asyncio.eager_task_factory)
+                await asyncio.create_task(eager_child())
+
+            asyncio.run(main())
+            """)
+        expected = json.loads(self.reference(TASKS_REFERENCE, workload))
+        self.assertEqual(expected["ticker"], 3 + 1 + 5 + 1, expected)
+        output = self.run_script("tasks.bt", workload)
+        steps = {key[0]: value for key, value
+                 in stats_entries(output, "steps").items()}
+        self.assertEqual({name: steps.get(name, (0,))[0]
+                          for name in expected}, expected, output)
+        maxima = {key[0]: value for key, value
+                  in map_entries(output, "max_ns").items()}
+        hists = {key[0]: value for key, value
+                 in histograms(output, "step_ns").items()}
+        for name, (count, average, total) in steps.items():
+            with self.subTest(coroutine=name):
+                self.assertEqual(sum(hists[name].values()), count)
+                self.assertEqual(average, total // count)
+                self.assertLessEqual(maxima[name], total)
+                self.assertLessEqual(average, maxima[name])
+        # A step that sleeps 20 ms; the step of main() that runs the eager
+        # task's first step includes its 10 ms sleep.
+        self.assertGreaterEqual(maxima["stall"], 20 * 10**6)
+        self.assertGreaterEqual(max(hists["stall"]), 16 * 2**20)
+        self.assertGreaterEqual(maxima["eager_child"], 10 * 10**6)
+        self.assertGreaterEqual(maxima["main"], maxima["eager_child"])
+
+
+class PystatTest(UsdtScriptTestCase):
+    """pystat.bt attached with -p to a process that works on request."""
+
+    ROW = re.compile(r"^\d\d:\d\d:\d\d" + r" +(\d+)" * 7 + "$")
+    COLUMNS = ("PY_CALLS", "C_CALLS", "EXC_RAISED", "GC", "GIL_WAIT_US",
+               "THR_START", "THR_STOP")
+
+    def test_columns_add_up(self):
+        workload = self.write("pystat_workload.py", """\
+            import gc, sys, threading
+
+            def f():
+                pass
+
+            def raise_one():
+                try:
+                    raise ValueError
+                except ValueError:
+                    pass
+
+            print("ready", flush=True)
+            for command in sys.stdin:
+                if command == "ping\\n":
+                    f()
+                    raise_one()
+                elif command == "burst\\n":
+                    for _ in range(5):
+                        thread = threading.Thread(target=f)
+                        thread.start()
+                        thread.join()
+                    for _ in range(200):
+                        f()
+                    for _ in range(7):
+                        raise_one()
+                    for _ in range(3):
+                        gc.collect()
+                print("done", flush=True)
+            """)
+        target = start(self, [PYTHON, workload], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE)
+        self.assertEqual(target.stdout.readline(), "ready\n")
+        tracer = start(self, ["bpftrace", "-q", "-p", str(target.pid),
+                              script_path("pystat.bt"), PYTHON],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # bpftrace's lines, read by a thread so that a wait can time out
+        lines = queue.Queue()
+        reader = threading.Thread(target=lambda: [
+            *map(lines.put, tracer.stdout), lines.put("")])
+        reader.start()
+        self.addCleanup(reader.join)
+
+        def line():
+            try:
+                text = lines.get(timeout=60)
+            except queue.Empty:
+                text = ""
+            if not text:
+                tracer.kill()
+                self.fail("pystat.bt stopped printing: "
+                          + Bpftrace.errors(tracer.stderr.read()))
+            return text
+
+        def row():
+            text = line()
+            match = self.ROW.match(text)
+            self.assertIsNotNone(match, text)
+            return dict(zip(self.COLUMNS, map(int, match.groups())))
+
+        def command(word):
+            target.stdin.write(word + "\n")
+            target.stdin.flush()
+            self.assertEqual(target.stdout.readline(), "done\n")
+
+        self.assertEqual(line().split(), ["TIME", *self.COLUMNS])
+        # Ping until the watcher has armed the function, C function and
+        # exception probes: a second shows f(), print() and a raise.
+        for _ in range(30):
+            command("ping")
+            seen = row()
+            if seen["PY_CALLS"] and seen["C_CALLS"] and seen["EXC_RAISED"]:
+                break
+        else:
+            self.fail("the probes did not start firing: %s" % seen)
+        # Then until a second without any event: the pings are all
+        # counted in the lines read so far.
+        for _ in range(30):
+            seen = row()
+            if not any(seen[column] for column in self.COLUMNS
+                       if column != "GIL_WAIT_US"):
+                break
+        else:
+            self.fail("the process does not stay idle: %s" % seen)
+        command("burst")
+        rows = [row()]
+        while sum(r["THR_STOP"] for r in rows) < 5 and len(rows) < 60:
+            rows.append(row())
+        # two more seconds: nothing else comes
+        rows += [row(), row()]
+        tracer.send_signal(signal.SIGINT)
+        _, errors = tracer.communicate(timeout=60)
+        self.assertEqual(tracer.returncode, 0, Bpftrace.errors(errors))
+        total = {column: sum(r[column] for r in rows)
+                 for column in self.COLUMNS}
+        self.assertEqual(total["THR_START"], 5, rows)
+        self.assertEqual(total["THR_STOP"], 5, rows)
+        self.assertEqual(total["EXC_RAISED"], 7, rows)
+        self.assertGreaterEqual(total["GC"], 3, rows)
+        # f() 200 times; thread.start() and join() 5 times each
+        self.assertGreaterEqual(total["PY_CALLS"], 200 + 5 + 5, rows)
+        # gc.collect() 3 times, print() once
+        self.assertGreaterEqual(total["C_CALLS"], 3 + 1, rows)
+
 # Where the documentation advises BPFTRACE_STRLEN values.
 ADVICE = [os.path.join(TOP, "README.md"),
           os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")]
 # The scripts that print the workload's file name, and how they print it.
 PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
                    "top-functions.bt": lambda path: path,
-                   "lines.bt": lambda path: path}
+                   "lines.bt": lambda path: path,
+                   "exceptions.bt": lambda path: path}
 
 
 def documented_strlens():
@@ -455,8 +1111,10 @@ class StrlenAdviceTest(UsdtScriptTestCase):
                          if name.endswith(".bt"))
         self.assertTrue(set(PRINTS_FILENAME) <= set(scripts), scripts)
         # bpftrace accepts at most 200: a longer base name
+        # Something for every script: calls, C calls, an exception, an
+        # asyncio task, a thread, a collection.
         workload = self.write("w" * 220 + ".py", """\
-            import gc
+            import asyncio, gc, threading
 
             class Thing:
                 pass
@@ -464,7 +1122,20 @@ class StrlenAdviceTest(UsdtScriptTestCase):
             def target():
                 return Thing()
 
+            def fail():
+                try:
+                    raise ValueError
+                except ValueError:
+                    pass
+
+            async def task():
+                fail()
+
             things = [target() for _ in range(1000)]
+            asyncio.run(task())
+            thread = threading.Thread(target=fail)
+            thread.start()
+            thread.join()
             gc.collect()
             """)
         default_env = dict(os.environ)
@@ -602,6 +1273,37 @@ class SystemTapScriptsTest(unittest.TestCase):
         output = self.stap(script_path("top-functions.stp"), PYTHON)
         self.assertEqual(len(self.resolved(output)), 1, output)
         self.assertIn("timer.ms(1000)", output)
+
+    # The scripts for one process (-c or -x): the markers each one uses.
+    PROCESS_SCRIPTS = {
+        "ccalls.stp": 2,
+        "exceptions.stp": 3,
+        "gil.stp": 3,
+        "threads.stp": 2,
+        "tasks.stp": 2,
+        "pystat.stp": 8,
+    }
+
+    def test_process_scripts(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            workload = os.path.join(tmp, "noop.py")
+            with open(workload, "w") as f:
+                f.write("pass\n")
+            command = "%s %s" % (PYTHON, workload)
+            for name, markers in self.PROCESS_SCRIPTS.items():
+                with self.subTest(script=name):
+                    output = self.stap(script_path(name), "-c", command)
+                    self.assertEqual(len(self.resolved(output)), markers,
+                                     output)
+            # ccalls.stp's optional callable
+            output = self.stap(script_path("ccalls.stp"), "time.sleep",
+                               "-c", command)
+            self.assertEqual(len(self.resolved(output)), 2, output)
+        self.assertEqual(sorted(self.PROCESS_SCRIPTS),
+                         sorted(name for name in os.listdir(USDT)
+                                if name.endswith(".stp")
+                                and name not in ("show-call-hierarchy.stp",
+                                                 "top-functions.stp")))
 
 
 if __name__ == "__main__":
