@@ -1,0 +1,857 @@
+#!/usr/bin/env python3
+"""pystack.py - the Python stacks of the threads that hit a bpftrace probe.
+
+For any bpftrace probe (a tracepoint, a kprobe, a uprobe, one of the
+interpreter's USDT markers), counts the Python stacks of the threads that
+hit it: the qualified name (co_qualname), file and current line of every
+frame.  The stack is walked in BPF from the thread's PyThreadState with the
+offsets that the interpreter exports in _Py_DebugOffsets, at the start of
+its _PyRuntime (section .PyRuntime, cookie "xdebugpy"); the line of each
+frame is decoded in BPF from its code object's location table.  Nothing
+runs in the traced process: no trampoline, no perf map, no helper thread.
+
+    pystack.py --probe PROBE -c "PYTHON script.py"      # counts per stack
+    pystack.py --probe PROBE -p PID --folded           # then Ctrl-C
+    pystack.py --probe PROBE --python PYTHON --print-program > stacks.bt
+
+PROBE is any bpftrace probe; a path field written PYTHON stands for the
+interpreter, as in usdt:PYTHON:python:gc__start or uprobe:PYTHON:take_gil.
+Needs root and bpftrace (0.17 tested); runs under any Python 3.
+
+Output: counts per stack, most frequent first, innermost frame first
+(like bpftrace's ustack); with --folded, one line per stack,
+"root;...;innermost count", for flamegraph.pl.  See docs/pystack.md.
+"""
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+# The layout of _Py_DebugOffsets in 3.13 (Include/internal/pycore_runtime.h):
+# after the 8-byte cookie, every field is a uint64_t, in this order.
+DEBUG_OFFSETS_3_13 = [
+    "version", "free_threaded",
+    "runtime_state.size", "runtime_state.finalizing",
+    "runtime_state.interpreters_head",
+    "interpreter_state.size", "interpreter_state.id",
+    "interpreter_state.next", "interpreter_state.threads_head",
+    "interpreter_state.gc", "interpreter_state.imports_modules",
+    "interpreter_state.sysdict", "interpreter_state.builtins",
+    "interpreter_state.ceval_gil", "interpreter_state.gil_runtime_state",
+    "interpreter_state.gil_runtime_state_enabled",
+    "interpreter_state.gil_runtime_state_locked",
+    "interpreter_state.gil_runtime_state_holder",
+    "thread_state.size", "thread_state.prev", "thread_state.next",
+    "thread_state.interp", "thread_state.current_frame",
+    "thread_state.thread_id", "thread_state.native_thread_id",
+    "thread_state.datastack_chunk", "thread_state.status",
+    "interpreter_frame.size", "interpreter_frame.previous",
+    "interpreter_frame.executable", "interpreter_frame.instr_ptr",
+    "interpreter_frame.localsplus", "interpreter_frame.owner",
+    "code_object.size", "code_object.filename", "code_object.name",
+    "code_object.qualname", "code_object.linetable",
+    "code_object.firstlineno", "code_object.argcount",
+    "code_object.localsplusnames", "code_object.localspluskinds",
+    "code_object.co_code_adaptive",
+    "pyobject.size", "pyobject.ob_type",
+    "type_object.size", "type_object.tp_name", "type_object.tp_repr",
+    "type_object.tp_flags",
+    "tuple_object.size", "tuple_object.ob_item", "tuple_object.ob_size",
+    "list_object.size", "list_object.ob_item", "list_object.ob_size",
+    "dict_object.size", "dict_object.ma_keys", "dict_object.ma_values",
+    "float_object.size", "float_object.ob_fval",
+    "long_object.size", "long_object.lv_tag", "long_object.ob_digit",
+    "bytes_object.size", "bytes_object.ob_size", "bytes_object.ob_sval",
+    "unicode_object.size", "unicode_object.state", "unicode_object.length",
+    "unicode_object.asciiobject_size",
+    "gc.size", "gc.collecting",
+]
+COOKIE = b"xdebugpy"
+
+DEFAULT_MAX_DEPTH = 64
+# Location-table entries decoded per hit, all frames together.  The
+# kernel's verifier checks each iteration of the decoding loop: 1000 take
+# about 650,000 of its 1,000,000 instructions and 2 s to load; about 1,600
+# is the most that loads.
+DEFAULT_MAX_ENTRIES = 1000
+# bpftrace's str() keeps STRLEN - 1 bytes.  bpftrace accepts up to 200, but
+# with more than 128 this program no longer fits the 512-byte BPF stack.
+DEFAULT_STRLEN = 128
+
+RECORD = "PYSTACK"
+
+
+class Error(Exception):
+    """An error the tool reports in one line, without a traceback."""
+
+
+# ---------------------------------------------------------------- ELF
+
+class Elf:
+    """The parts of an ELF64 little-endian file this tool needs."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            self.data = f.read()
+        d = self.data
+        if d[:4] != b"\x7fELF":
+            raise Error("%s is not an ELF file" % path)
+        if d[4] != 2 or d[5] != 1:
+            raise Error("%s: only 64-bit little-endian ELF is supported"
+                        % path)
+        (self.type, self.machine, _, _, phoff, shoff, _, _, phentsize,
+         phnum, shentsize, shnum, shstrndx) = struct.unpack_from(
+            "<HHIQQQIHHHHHH", d, 16)
+        self.segments = [struct.unpack_from("<IIQQQQQQ", d,
+                                            phoff + i * phentsize)
+                         for i in range(phnum)]
+        self.sections = []
+        for i in range(shnum):
+            (name, stype, flags, addr, offset, size, link, info, align,
+             entsize) = struct.unpack_from("<IIQQQQIIQQ", d,
+                                           shoff + i * shentsize)
+            self.sections.append(dict(name=name, type=stype, addr=addr,
+                                      offset=offset, size=size, link=link,
+                                      entsize=entsize))
+        if shstrndx < len(self.sections):
+            names = self.sections[shstrndx]
+            for section in self.sections:
+                section["name"] = self._cstring(names["offset"]
+                                                + section["name"])
+
+    def _cstring(self, offset):
+        return self.data[offset:self.data.index(b"\0", offset)].decode(
+            "utf-8", "replace")
+
+    def section(self, name):
+        for section in self.sections:
+            if section["name"] == name:
+                return section
+        return None
+
+    def symbols(self):
+        """{name: (value, size, type)} from .symtab and .dynsym."""
+        found = {}
+        for section in self.sections:
+            if section["type"] not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            strtab = self.sections[section["link"]]["offset"]
+            for at in range(section["offset"],
+                            section["offset"] + section["size"], 24):
+                name, info, _, _, value, size = struct.unpack_from(
+                    "<IBBHQQ", self.data, at)
+                if name:
+                    found.setdefault(self._cstring(strtab + name),
+                                     (value, size, info & 0xf))
+        return found
+
+    def read_vaddr(self, vaddr, size):
+        """size bytes of the file image at virtual address vaddr."""
+        for ptype, _, offset, seg_vaddr, _, filesz, _, _ in self.segments:
+            if ptype == 1 and seg_vaddr <= vaddr < seg_vaddr + filesz:
+                start = offset + vaddr - seg_vaddr
+                return self.data[start:start + size]
+        raise Error("%s: address %#x is not in the file" % (self.path, vaddr))
+
+
+PT_LOAD, PT_TLS, PF_X, STT_TLS = 1, 7, 1, 6
+
+
+class Interpreter:
+    """What the BPF program needs to know about one interpreter binary."""
+
+    def __init__(self, path):
+        self.path = os.path.realpath(path)
+        elf = Elf(self.path)
+        if elf.machine != 62:  # EM_X86_64: the thread pointer is fsbase
+            raise Error("%s: only x86-64 is supported" % path)
+        symbols = elf.symbols()
+        section = elf.section(".PyRuntime")
+        if section is not None:
+            runtime = section["addr"]
+        elif "_PyRuntime" in symbols:
+            runtime = symbols["_PyRuntime"][0]
+        else:
+            hint = ""
+            if any(re.match(r"libpython3\.\d+", os.path.basename(n))
+                   for n in self._needed(elf)):
+                hint = (" (it links libpython dynamically: shared builds "
+                        "are not supported)")
+            raise Error("%s has no .PyRuntime section nor _PyRuntime "
+                        "symbol%s" % (path, hint))
+        self.runtime_vaddr = runtime
+        raw = elf.read_vaddr(runtime, 8 + 8 * len(DEBUG_OFFSETS_3_13))
+        if raw[:8] != COOKIE:
+            raise Error("%s: no _Py_DebugOffsets cookie %r at _PyRuntime"
+                        % (path, COOKIE.decode()))
+        values = struct.unpack_from("<%dQ" % len(DEBUG_OFFSETS_3_13), raw, 8)
+        self.offsets = dict(zip(DEBUG_OFFSETS_3_13, values))
+        version = self.offsets["version"]
+        if version >> 16 != 0x030d:
+            raise Error("%s is Python %d.%d: this tool knows the "
+                        "_Py_DebugOffsets layout of 3.13 only"
+                        % (path, version >> 24, (version >> 16) & 0xff))
+        self.version = version
+        if self.offsets["free_threaded"]:
+            raise Error("%s is a free-threaded build: not supported (its "
+                        "frames and code objects are not checked)" % path)
+        # The kernel sets mm->start_code to the lowest address of the
+        # executable segments plus the load bias (fs/binfmt_elf.c).
+        texts = [vaddr for ptype, flags, _, vaddr, _, _, _, _ in elf.segments
+                 if ptype == PT_LOAD and flags & PF_X]
+        if not texts:
+            raise Error("%s has no executable segment" % path)
+        self.text_vaddr = min(texts)
+        self.tls_offset = self._tstate_tls_offset(elf, symbols)
+
+    @staticmethod
+    def _needed(elf):
+        dynamic = elf.section(".dynamic")
+        dynstr = elf.section(".dynstr")
+        if dynamic is None or dynstr is None:
+            return []
+        needed = []
+        for at in range(dynamic["offset"],
+                        dynamic["offset"] + dynamic["size"], 16):
+            tag, value = struct.unpack_from("<qQ", elf.data, at)
+            if tag == 1:  # DT_NEEDED
+                needed.append(elf._cstring(dynstr["offset"] + value))
+        return needed
+
+    @staticmethod
+    def _tstate_tls_offset(elf, symbols):
+        """How far below the thread pointer _Py_tss_tstate is, or 0.
+
+        In an executable, a thread-local variable lives in the static TLS
+        block just below the thread pointer (x86-64 TLS variant II): at
+        tp - roundup(p_memsz, p_align) + st_value, the formula of glibc's
+        _dl_determine_tlsoffset for the first module.
+        """
+        tls = [seg for seg in elf.segments if seg[0] == PT_TLS]
+        symbol = symbols.get("_Py_tss_tstate")
+        if elf.type != 3 and elf.type != 2:
+            return 0
+        if not tls or symbol is None or symbol[2] != STT_TLS:
+            return 0
+        _, _, _, vaddr, _, _, memsz, align = tls[0]
+        align = max(align, 1)
+        firstbyte = -vaddr & (align - 1)
+        block = -(-(memsz - firstbyte) // align) * align + firstbyte
+        return block - symbol[0]
+
+
+# ---------------------------------------------------------------- BPF
+
+PROGRAM = r"""
+/*
+ * Python stacks at PROBES, generated by pystack.py for
+ * INTERPRETER
+ *
+ * Prints records, which pystack.py --read FILE turns into counts; a hit
+ * is identified by its thread id and the time it began ("event"):
+ *   PYSTACK S tid event depth 0 length name       (its last STRLEN - 1 bytes)
+ *   PYSTACK S tid event depth 1 length filename   (the same)
+ *   PYSTACK D tid event frames more               (more: frames left out)
+ *   PYSTACK L tid event depth line                (-1: no line)
+ *   PYSTACK Z tid event status                    (0; 1: not this Python,
+ *                                                  2: no thread state)
+ * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
+ * and has no UTF-8 copy.
+ * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
+ */
+MACROS
+
+PROBES
+FILTER
+{
+	$task = (struct task_struct *)curtask;
+	$event = nsecs;
+	/* _PyRuntime in this process; its cookie says it is this interpreter */
+	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
+	if (*uptr((uint64 *)$runtime) != COOKIE) {
+		printf("PYSTACK Z %d %lu 1\n", tid, $event);
+		return;
+	}
+
+	/* The thread state: the thread-local _Py_tss_tstate, which is NULL
+	 * while the thread does not hold the GIL, else the thread state of
+	 * any interpreter whose native_thread_id is this thread's. */
+	$tstate = (uint64)0;
+	if (TSTATE_TLS != 0) {
+		$tstate = *uptr((uint64 *)($task->thread.fsbase - TSTATE_TLS));
+		if ($tstate != 0 &&
+		    *uptr((uint64 *)($tstate + TS_NATIVE_THREAD_ID)) != tid) {
+			$tstate = 0;
+		}
+	}
+	$interp = *uptr((uint64 *)($runtime + RT_INTERPRETERS_HEAD));
+	$i = 0;
+	while ($i < MAX_INTERPRETERS && $tstate == 0 && $interp != 0) {
+		$t = *uptr((uint64 *)($interp + IS_THREADS_HEAD));
+		$j = 0;
+		while ($j < MAX_THREADS && $t != 0) {
+			if (*uptr((uint64 *)($t + TS_NATIVE_THREAD_ID)) == tid) {
+				$tstate = $t;
+				break;
+			}
+			$t = *uptr((uint64 *)($t + TS_NEXT));
+			$j++;
+		}
+		$interp = *uptr((uint64 *)($interp + IS_NEXT));
+		$i++;
+	}
+	if ($tstate == 0) {
+		printf("PYSTACK Z %d %lu 2\n", tid, $event);
+		return;
+	}
+
+	/* Names and files, innermost frame first, skipping the frames that
+	 * the C stack owns (the interpreter's entry frames; never two in a
+	 * row).  Two iterations per frame, one string each, so that one str()
+	 * buffer fits on the BPF stack.  The verifier checks each iteration
+	 * of a loop, and the number of states it keeps grows with every
+	 * branch whose outcome it cannot know, so loop bodies here are
+	 * arithmetic with as few branches as possible. */
+	$frame = *uptr((uint64 *)($tstate + TS_CURRENT_FRAME));
+	$cstack = ((uint64)(*uptr((uint8 *)($frame + FR_OWNER)) ^
+	    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+	$frame += $cstack * (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
+	$depth = (uint64)0;
+	$field = (uint64)0;
+	$i = 0;
+	while ($i < 2 * MAX_DEPTH) {
+		if ($frame == 0) {
+			break;
+		}
+		$i++;
+		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+		$s = *uptr((uint64 *)($code + CO_NAME +
+		    $field * (uint64)(CO_FILENAME - CO_NAME)));
+		/* ASCII: the characters follow the object; else its UTF-8
+		 * copy, if the interpreter made one (else length -1) */
+		$ascii = (*uptr((uint32 *)($s + U_STATE)) >> U_STATE_ASCII_BIT) & 1;
+		$length = *uptr((uint64 *)($s + U_UTF8_LENGTH));
+		$data = *uptr((uint64 *)($s + U_UTF8));
+		$length += $ascii * (*uptr((uint64 *)($s + U_LENGTH)) - $length);
+		$data += $ascii * ($s + U_ASCII_SIZE - $data);
+		$missing = ($data - 1) >> 63;
+		$length = $length * (1 - $missing) - $missing;
+		/* a long string keeps its end, which names the file */
+		$over = ((uint64)(STRLEN - 1) - $length) >> 63;
+		$over &= 1 - $missing;
+		$data += $over * ($length - (uint64)(STRLEN - 1));
+		printf("PYSTACK S %d %lu %d %d %ld %s\n", tid, $event, $depth,
+		       $field, (int64)$length, str(uptr($data)));
+		/* after the file, the previous frame (and the one before it
+		 * if the C stack owns it) */
+		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
+		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
+		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+		$previous += $cstack *
+		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
+		$frame += $field * ($previous - $frame);
+		$depth += $field;
+		$field ^= 1;
+	}
+	$more = (($frame - 1) >> 63) ^ 1;
+	$stop = $frame;
+	/* Nothing below reads $depth: loop 1 made the verifier track its
+	 * exact value, which would make it check loop 2 once per depth. */
+	printf("PYSTACK D %d %lu %d %d\n", tid, $event, $depth, $more);
+
+	/* Lines: PyCode_Addr2Line(code, instr_ptr - code's first instruction)
+	 * of each frame, walking its location table (Objects/locations.md)
+	 * one entry per iteration, all frames in one loop.  An entry starts
+	 * with a byte with bit 7 set: bits 3-6 its kind, bits 0-2 its length
+	 * in code units minus 1; varints follow (6 bits per byte, bit 6 says
+	 * more), whose bytes have bit 7 clear.  Kinds 10-12 add kind - 10 to
+	 * the line, 13 and 14 the signed varint that follows, 15 has no line.
+	 *
+	 * The loop body has one branch, taken when the entry covers the
+	 * instruction or the table ends: the verifier checks each iteration,
+	 * and keeps a state for each branch it has yet to explore (8192 at
+	 * most), so the rest is arithmetic.  The loop starts on an empty
+	 * pretend frame (depth -1, whose line is not printed) whose previous
+	 * frame is the thread's current frame. */
+	$frame = $tstate + TS_CURRENT_FRAME - FR_PREVIOUS;
+	$line_depth = -1;
+	/* Addresses, not offsets: after a branch that sets a variable to a
+	 * constant, the verifier tracks its exact value, and checks many
+	 * more states.  $entry is the entry's address in the table, which
+	 * ends at $limit; $entry_end the address of the first instruction
+	 * after the code units that the entries so far cover; $ip the frame's
+	 * instruction.  The pretend frame: its table has ended. */
+	$entry = $event;
+	$limit = $event;
+	$ip = (uint64)0;
+	$entry_end = (uint64)0;
+	$line = (int64)0;
+	$n = 0;
+	while ($n < MAX_ENTRIES) {
+		$n++;
+		$word = *uptr((uint64 *)$entry);
+		$kind = ($word >> 3) & 15;
+		/* kinds 10, 11, 12: two bits each in 0x2400000 */
+		$line += (int64)((0x2400000 >> ($kind * 2)) & 3);
+		/* kinds 13, 14: the signed varint of up to 4 bytes at byte 1 */
+		$b1 = ($word >> 8) & 0xff;
+		$b2 = ($word >> 16) & 0xff;
+		$b3 = ($word >> 24) & 0xff;
+		$more1 = ($b1 >> 6) & 1;
+		$more2 = $more1 & ($b2 >> 6);
+		$more3 = $more2 & ($b3 >> 6);
+		$v = ($b1 & 63) | (($b2 & 63) << 6) * $more1 |
+		    (($b3 & 63) << 12) * $more2 |
+		    ((($word >> 32) & 63) << 18) * $more3;
+		$sign = $v & 1;
+		$delta = (int64)((($v >> 1) ^ ((uint64)0 - $sign)) + $sign);
+		$line += $delta * (int64)((0x6000 >> $kind) & 1);
+		$entry_end += (($word & 7) + 1) * 2;
+		/* bit 63 set: the entry covers $ip, or the table has ended */
+		$past = ($limit - 1 - $entry) >> 63;
+		if (((($ip - $entry_end) >> 63) | $past) != 0) {
+			$noline = ($past | (($kind + 1) >> 4)) & 1;
+			printf("PYSTACK L %d %lu %d %d\n", tid, $event, $line_depth,
+			       $line * (int64)(1 - $noline) - (int64)$noline);
+			$line_depth++;
+			/* the previous frame, as in the names' loop */
+			$frame = *uptr((uint64 *)($frame + FR_PREVIOUS));
+			$cstack = ((uint64)(*uptr((uint8 *)($frame + FR_OWNER)) ^
+			    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+			$frame += $cstack *
+			    (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
+			if ($frame == $stop || $frame == 0) {
+				break;
+			}
+			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+			$ip = *uptr((uint64 *)($frame + FR_INSTR_PTR));
+			$entry_end = $code + CO_CODE_ADAPTIVE;
+			$bytes = *uptr((uint64 *)($code + CO_LINETABLE));
+			$entry = $bytes + BYTES_OB_SVAL;
+			$limit = $entry + *uptr((uint64 *)($bytes + BYTES_OB_SIZE));
+			$line = (int64)*uptr((int32 *)($code + CO_FIRSTLINENO));
+			continue;
+		}
+		/* The next entry starts at the next byte with bit 7 set, in
+		 * bytes 1-7 of this word or else in the next word.  The lowest
+		 * set bit of a mask is bit 7 of its byte k, and k is the top
+		 * byte of 2^(8k) * 0x0001020304050607. */
+		$mask1 = ($word >> 8) & 0x0080808080808080;
+		$mask2 = *uptr((uint64 *)($entry + 8)) & 0x8080808080808080;
+		$in1 = ((uint64)0 - $mask1) >> 63;
+		$k1 = ((($mask1 & ((uint64)0 - $mask1)) >> 7) *
+		    0x0001020304050607) >> 56;
+		$k2 = ((($mask2 & ((uint64)0 - $mask2)) >> 7) *
+		    0x0001020304050607) >> 56;
+		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
+	}
+	printf("PYSTACK Z %d %lu 0\n", tid, $event);
+}
+"""
+
+
+def macros(interp, args):
+    """The #define lines of the program: every offset it uses, by name."""
+    o = interp.offsets
+    ascii_size = o["unicode_object.asciiobject_size"]
+    values = [
+        ("COOKIE", "0x%x" % struct.unpack("<Q", COOKIE)[0],
+         "\"xdebugpy\", the first 8 bytes of _PyRuntime"),
+        ("TEXT_VADDR", "0x%x" % interp.text_vaddr,
+         "lowest executable segment (mm->start_code minus the load bias)"),
+        ("RUNTIME_VADDR", "0x%x" % interp.runtime_vaddr, "_PyRuntime"),
+        ("TSTATE_TLS", "0x%x" % interp.tls_offset,
+         "_Py_tss_tstate is at fsbase minus this (0: not used)"),
+        ("RT_INTERPRETERS_HEAD", o["runtime_state.interpreters_head"], ""),
+        ("IS_NEXT", o["interpreter_state.next"], ""),
+        ("IS_THREADS_HEAD", o["interpreter_state.threads_head"], ""),
+        ("TS_NEXT", o["thread_state.next"], ""),
+        ("TS_CURRENT_FRAME", o["thread_state.current_frame"], ""),
+        ("TS_NATIVE_THREAD_ID", o["thread_state.native_thread_id"], ""),
+        ("FR_PREVIOUS", o["interpreter_frame.previous"], ""),
+        ("FR_EXECUTABLE", o["interpreter_frame.executable"], ""),
+        ("FR_INSTR_PTR", o["interpreter_frame.instr_ptr"], ""),
+        ("FR_OWNER", o["interpreter_frame.owner"], ""),
+        ("FRAME_OWNED_BY_CSTACK", 3, "Include/internal/pycore_frame.h"),
+        ("CO_NAME", o["code_object.name" if args.co_name
+                      else "code_object.qualname"],
+         "co_name" if args.co_name else "co_qualname"),
+        ("CO_FILENAME", o["code_object.filename"], ""),
+        ("CO_LINETABLE", o["code_object.linetable"], ""),
+        ("CO_FIRSTLINENO", o["code_object.firstlineno"], ""),
+        ("CO_CODE_ADAPTIVE", o["code_object.co_code_adaptive"], ""),
+        ("BYTES_OB_SIZE", o["bytes_object.ob_size"], ""),
+        ("BYTES_OB_SVAL", o["bytes_object.ob_sval"], ""),
+        ("U_STATE", o["unicode_object.state"], ""),
+        ("U_LENGTH", o["unicode_object.length"], ""),
+        ("U_ASCII_SIZE", ascii_size, "compact ASCII data follows"),
+        ("U_UTF8_LENGTH", ascii_size, "PyCompactUnicodeObject.utf8_length"),
+        ("U_UTF8", ascii_size + 8, "PyCompactUnicodeObject.utf8"),
+        ("U_STATE_ASCII_BIT", 6, "state.ascii"),
+        ("STRLEN", args.strlen, "BPFTRACE_STRLEN"),
+        ("MAX_DEPTH", args.max_depth, "frames printed"),
+        ("MAX_ENTRIES", args.max_entries,
+         "location entries decoded per event"),
+        ("MAX_INTERPRETERS", 8, ""),
+        ("MAX_THREADS", args.max_threads, "thread states per interpreter"),
+    ]
+    lines = []
+    for name, value, comment in values:
+        line = "#define %-22s %s" % (name, value)
+        if comment:
+            line = "%-44s /* %s */" % (line, comment)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def program(interp, args, probes):
+    predicate = []
+    if args.pid is not None:
+        predicate.append("pid == %d" % args.pid)
+    elif args.command is not None:
+        predicate.append("pid == cpid")
+    if args.filter:
+        predicate.append("(%s)" % args.filter)
+    text = PROGRAM.lstrip("\n")
+    text = text.replace("PROBES\n", ",\n".join(probes) + "\n", 1)
+    text = text.replace("FILTER\n", "/%s/\n" % " && ".join(predicate)
+                        if predicate else "", 1)
+    text = text.replace("MACROS", macros(interp, args), 1)
+    text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
+    text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
+    text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
+    return text
+
+
+# ------------------------------------------------------------- output
+
+Frame = collections.namedtuple("Frame", "name filename line")
+
+# Pseudo-frames for the hits without a Python stack.
+NOT_PYTHON = "[not this Python]"
+NO_TSTATE = "[no Python thread state]"
+NO_FRAMES = "[no Python frame]"
+TRUNCATED = "[more frames]"
+
+
+class Event:
+    """The records of one hit."""
+
+    def __init__(self):
+        self.names = {}
+        self.files = {}
+        self.lines = {}
+        self.depth = None
+        self.more = 0
+
+
+def decode(length, text, strlen):
+    if length < 0:
+        return "?"
+    if length > strlen - 1:
+        return "..." + text
+    return text
+
+
+def parse(lines, strlen):
+    """(Counter of stacks, {note: count}) from the program's records.
+
+    A stack is a tuple of Frames, innermost first; a hit without one
+    counts as a stack of one pseudo-frame that says why.  A frame's line
+    is -1 when its instruction has no line, None when it was not decoded.
+    """
+    events = {}
+    stacks = collections.Counter()
+    notes = collections.Counter()
+    for line in lines:
+        if not line.startswith(RECORD + " "):
+            lost = re.match(r"Lost (\d+) events", line)
+            if lost:
+                notes["records lost by bpftrace (the traced program went "
+                      "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
+                      "64)"] += int(lost.group(1))
+            continue
+        fields = line.rstrip("\n").split(" ", 7)
+        kind, key = fields[1], (fields[2], fields[3])
+        event = events.setdefault(key, Event())
+        if kind == "S":
+            strings = event.files if fields[5] == "1" else event.names
+            strings[int(fields[4])] = decode(int(fields[6]), fields[7],
+                                             strlen)
+        elif kind == "D":
+            event.depth, event.more = int(fields[4]), int(fields[5])
+        elif kind == "L":
+            event.lines[int(fields[4])] = int(fields[5])
+        elif kind == "Z":
+            del events[key]
+            status = int(fields[4])
+            if status != 0 or event.depth is None:
+                reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
+                stacks[(Frame(reason, "", None),)] += 1
+                continue
+            if event.depth == 0:
+                stacks[(Frame(NO_FRAMES, "", None),)] += 1
+                continue
+            frames = []
+            for depth in range(event.depth):
+                frames.append(Frame(event.names.get(depth, "?"),
+                                    event.files.get(depth, "?"),
+                                    event.lines.get(depth)))
+                if depth not in event.lines:
+                    notes["frames without a line: the hit's stack has more "
+                          "location-table entries than --max-entries"] += 1
+            if event.more:
+                frames.append(Frame(TRUNCATED, "", None))
+                notes["stacks cut at --max-depth frames"] += 1
+            stacks[tuple(frames)] += 1
+    if events:
+        notes["hits whose records are incomplete (lost?)"] += len(events)
+    return stacks, notes
+
+
+def frame_text(frame):
+    if not frame.filename:
+        return frame.name
+    line = {None: "?", -1: "-"}.get(frame.line, frame.line)
+    return "%s (%s:%s)" % (frame.name, frame.filename, line)
+
+
+def print_counts(stacks, out):
+    for stack, count in sorted(stacks.items(),
+                               key=lambda item: (-item[1], item[0])):
+        out.write("%d\n" % count)
+        for frame in stack:
+            out.write("    %s\n" % frame_text(frame))
+        out.write("\n")
+
+
+def print_folded(stacks, out):
+    folded = collections.Counter()
+    for stack, count in stacks.items():
+        names = [frame_text(frame).replace(";", ":") for frame in stack]
+        folded[";".join(reversed(names))] += count
+    for line, count in sorted(folded.items()):
+        out.write("%s %d\n" % (line, count))
+
+
+def print_json(stacks, out):
+    rows = [{"count": count,
+             "frames": [f._asdict() for f in stack]}
+            for stack, count in sorted(stacks.items(),
+                                       key=lambda item: (-item[1], item[0]))]
+    json.dump(rows, out, indent=1)
+    out.write("\n")
+
+
+def report(lines, args, out):
+    stacks, notes = parse(lines, args.strlen)
+    if args.folded:
+        print_folded(stacks, out)
+    elif args.json:
+        print_json(stacks, out)
+    else:
+        print_counts(stacks, out)
+    for note, count in sorted(notes.items()):
+        sys.stderr.write("pystack: %d %s\n" % (count, note))
+
+
+# --------------------------------------------------------------- main
+
+def resolve_python(args):
+    if args.python:
+        return args.python
+    if args.pid is not None:
+        return "/proc/%d/exe" % args.pid
+    if args.command:
+        word = args.command.split(" ")[0]
+        path = shutil.which(word) if "/" not in word else word
+        if path:
+            return path
+        raise Error("cannot find %r of -c: give --python" % word)
+    raise Error("give -c CMD, -p PID or --python PATH")
+
+
+def expand_probe(probe, python):
+    """The probe with a path field PYTHON replaced by the interpreter."""
+    fields = probe.split(":")
+    return ":".join(python if field == "PYTHON" else field
+                    for field in fields)
+
+
+def bpftrace_errors(stderr):
+    return "\n".join(line for line in stderr.splitlines()
+                     if "RLIMIT_MEMLOCK" not in line).strip()
+
+
+def forward_stdout(pipe, out):
+    """Copy bpftrace's stdout (the -c command's output) to out, but for
+    the two empty lines that bpftrace 0.17 prints when it exits."""
+    held = b""
+    while True:
+        chunk = os.read(pipe.fileno(), 65536)
+        if not chunk:
+            break
+        data = held + chunk
+        keep = len(data) - min(2, len(data) - len(data.rstrip(b"\n")))
+        out.write(data[:keep])
+        out.flush()
+        held = data[keep:]
+    out.write(held[:-2] if held.endswith(b"\n\n") else held[:0])
+    out.flush()
+
+
+def forward_stderr(pipe, out, copy):
+    """Copy bpftrace's stderr to out, but for its RLIMIT_MEMLOCK notice,
+    and keep it in the list copy for error messages."""
+    for line in iter(pipe.readline, b""):
+        text = line.decode("utf-8", "replace")
+        copy.append(text)
+        if "RLIMIT_MEMLOCK" not in text:
+            out.write(line)
+            out.flush()
+
+
+def run_bpftrace(text, args):
+    bpftrace = shutil.which("bpftrace")
+    if bpftrace is None:
+        raise Error("bpftrace not found (apt-get install bpftrace)")
+    env = dict(os.environ)
+    env["BPFTRACE_STRLEN"] = str(args.strlen)
+    with tempfile.TemporaryDirectory(prefix="pystack") as tmp:
+        script = os.path.join(tmp, "pystack.bt")
+        output = os.path.join(tmp, "records")
+        with open(script, "w") as f:
+            f.write(text)
+        cmd = [bpftrace, "-q", "-o", output, script]
+        if args.pid is not None:
+            cmd += ["-p", str(args.pid)]
+        elif args.command is not None:
+            cmd += ["-c", args.command]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        stderr = []
+        threads = [
+            threading.Thread(target=forward_stdout,
+                             args=(proc.stdout, sys.stdout.buffer)),
+            threading.Thread(target=forward_stderr,
+                             args=(proc.stderr, sys.stderr.buffer, stderr))]
+        for thread in threads:
+            thread.start()
+        while True:
+            try:
+                proc.wait()
+                for thread in threads:
+                    thread.join()
+                break
+            except KeyboardInterrupt:
+                # Ctrl-C, or SIGINT or SIGTERM to this process: bpftrace
+                # stops on SIGINT (twice does no harm), and prints.
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+        proc.stdout.close()
+        proc.stderr.close()
+        lines = []
+        if os.path.exists(output):
+            with open(output, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+        if proc.returncode != 0 and not any(line.startswith(RECORD)
+                                            for line in lines):
+            raise Error("bpftrace failed (exit %d): %s"
+                        % (proc.returncode,
+                           bpftrace_errors("".join(stderr))
+                           or "no error message"))
+        return lines, proc.returncode
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Count the Python stacks of the threads that hit a "
+        "bpftrace probe (see docs/pystack.md).")
+    parser.add_argument("--probe", action="append", metavar="PROBE",
+                        help="a bpftrace probe; repeat for several.  A "
+                        "field PYTHON stands for the interpreter's path "
+                        "(usdt:PYTHON:python:gc__start)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("-c", dest="command", metavar="CMD",
+                        help="run CMD and trace it (split on spaces, like "
+                        "bpftrace -c)")
+    target.add_argument("-p", dest="pid", type=int, metavar="PID",
+                        help="trace process PID until Ctrl-C")
+    parser.add_argument("--python", metavar="PATH",
+                        help="the interpreter binary (default: /proc/PID/"
+                        "exe, or CMD's first word)")
+    parser.add_argument("--filter", metavar="PREDICATE",
+                        help="a bpftrace predicate the hit must satisfy, "
+                        "e.g. 'args->fd == 1'")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--folded", action="store_true",
+                        help="print folded stacks for flamegraph.pl")
+    output.add_argument("--json", action="store_true",
+                        help="print the counts as JSON")
+    parser.add_argument("--co-name", action="store_true",
+                        help="name frames by co_name, as tracebacks do "
+                        "(default: co_qualname)")
+    parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH,
+                        help="frames kept per stack, innermost first "
+                        "(default %(default)s)")
+    parser.add_argument("--max-entries", type=int,
+                        default=DEFAULT_MAX_ENTRIES,
+                        help="location-table entries decoded per hit, all "
+                        "frames together (default %(default)s)")
+    parser.add_argument("--max-threads", type=int, default=64,
+                        help="thread states searched per interpreter "
+                        "(default %(default)s)")
+    parser.add_argument("--strlen", type=int, default=DEFAULT_STRLEN,
+                        help="BPFTRACE_STRLEN: names and files keep their "
+                        "last STRLEN - 1 bytes (default %(default)s, the "
+                        "most bpftrace allows)")
+    parser.add_argument("--print-program", action="store_true",
+                        help="print the bpftrace program and exit")
+    parser.add_argument("--read", metavar="FILE",
+                        help="count the records of a saved run of the "
+                        "program (bpftrace -o FILE) instead of running it")
+    args = parser.parse_args(argv)
+    try:
+        if args.read:
+            with open(args.read, encoding="utf-8", errors="replace") as f:
+                report(f.readlines(), args, sys.stdout)
+            return 0
+        if not args.probe:
+            parser.error("--probe is required")
+        if not 1 <= args.max_depth <= 512:
+            parser.error("--max-depth must be 1 to 512")
+        if not 2 <= args.strlen <= 200:
+            parser.error("--strlen must be 2 to 200")
+        python = resolve_python(args)
+        interp = Interpreter(python)
+        probes = [expand_probe(p, interp.path) for p in args.probe]
+        text = program(interp, args, probes)
+        if args.print_program:
+            sys.stdout.write(text)
+            return 0
+        lines, status = run_bpftrace(text, args)
+        report(lines, args, sys.stdout)
+        return status
+    except Error as error:
+        sys.stderr.write("pystack: %s\n" % error)
+        return 2
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, interrupt)
+    sys.exit(main())

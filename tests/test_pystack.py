@@ -1,0 +1,395 @@
+"""Tools/usdt/pystack.py: the Python stacks of the threads hitting a probe.
+
+Each workload knows its own stacks: at the very line where it makes the
+call that hits the probe (os.write for write(2), gc.collect for
+gc__start, time.sleep for taking the GIL back), it records
+traceback.extract_stack(), and the names (co_qualname) of the same frames,
+into a JSON file.  pystack.py must report exactly those stacks, as many
+times as they were recorded: every frame's name, file and line.
+
+The tool runs as documented, with the system's python3 when there is one
+(it must not need the interpreter under test), and bpftrace -c.
+"""
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+from support import (PYTHON, TOP, Semaphore, require_bpftrace, run, start,
+                     stapsdt_notes)
+
+TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
+# The tool runs under any Python 3: prefer the system's.
+TOOL_PYTHON = shutil.which("python3") or sys.executable
+
+# Imported by every workload: record() saves the stack of its caller, at
+# the caller's current line, for the call made on that same line:
+#     record(os.write(FD, b"x"))
+RECORDER = textwrap.dedent("""\
+    import atexit, json, sys, traceback
+
+    _stacks = []
+
+    def record(_=None):
+        summary = traceback.extract_stack(sys._getframe(1))
+        frame, qualnames = sys._getframe(1), []
+        while frame is not None:
+            qualnames.append(frame.f_code.co_qualname)
+            frame = frame.f_back
+        _stacks.append([[qualname, entry.name, entry.filename,
+                         -1 if entry.lineno is None else entry.lineno]
+                        for qualname, entry
+                        in zip(qualnames, reversed(summary))])
+
+    @atexit.register
+    def _save():
+        with open(sys.argv[1], "w") as f:
+            json.dump(_stacks, f)
+    """)
+
+WRITES = textwrap.dedent("""\
+    import asyncio, os, threading
+    from recorder import record
+
+    FD = 77
+    os.dup2(os.open(os.devnull, os.O_WRONLY), FD)
+
+    class Writer:
+        def method(self, n):
+            for _ in range(n):
+                record(os.write(FD, b"m"))
+
+    def nested():
+        def inner():
+            record(os.write(FD, b"i"))
+        inner()
+        inner()
+
+    def generator():
+        for i in range(3):
+            record(os.write(FD, b"g"))
+            yield i
+
+    async def coroutine():
+        record(os.write(FD, b"c"))
+        await asyncio.sleep(0)
+        record(os.write(FD,
+                        b"multi-line call"))
+
+    def worker(n):
+        Writer().method(n)
+        nested()
+
+    threads = [threading.Thread(target=worker, args=(n,))
+               for n in (1, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    list(generator())
+    asyncio.run(coroutine())
+    coro = coroutine()
+    try:
+        while True:
+            coro.send(None)
+    except StopIteration:
+        pass
+    """)
+
+COLLECTIONS = textwrap.dedent("""\
+    import gc
+    from recorder import record
+
+    gc.disable()
+
+    def collect(generation):
+        record(gc.collect(generation))
+
+    class Objects:
+        def churn(self):
+            cycle = []
+            cycle.append(cycle)
+            del cycle
+            collect(2)
+
+    for generation in (0, 1, 2):
+        collect(generation)
+    Objects().churn()
+    record(gc.collect())
+    """)
+
+GIL_WAITS = textwrap.dedent("""\
+    import threading, time
+    from recorder import record
+
+    stop = False
+
+    def spin():
+        while not stop:
+            pass
+
+    def sleeper(n):
+        for _ in range(n):
+            record(time.sleep(0.001))
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    sleeper(20)
+    stop = True
+    spinner.join()
+    """)
+
+
+def cut(text, strlen):
+    """What the tool shows of a name: its last strlen - 1 bytes."""
+    if len(text.encode()) <= strlen - 1:
+        return text
+    return "..." + text.encode()[-(strlen - 1):].decode("utf-8", "replace")
+
+
+class PystackTest(unittest.TestCase):
+
+    maxDiff = None
+    strlen = 128
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tool_error = None
+
+    def setUp(self):
+        require_bpftrace(self)
+        self.tmp = tempfile.mkdtemp(prefix="pystack")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        if PystackTest.tool_error is None:
+            PystackTest.tool_error = self._tool_usable()
+        if PystackTest.tool_error:
+            self.skipTest(PystackTest.tool_error)
+
+    def _tool_usable(self):
+        """"" if the tool attaches, else its error, for skipTest()."""
+        noop = self.write("noop.py", "pass\n")
+        proc = self.tool(["--probe", "usdt:PYTHON:python:audit",
+                          "--max-depth", "1", "--max-entries", "1"], noop)
+        if proc.returncode != 0:
+            return proc.stderr.strip() or "exit %d" % proc.returncode
+        return ""
+
+    def write(self, name, text, directory=None):
+        path = os.path.join(directory or self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def tool(self, options, workload, *args):
+        command = [PYTHON, workload, *args]
+        if any(" " in word for word in command):
+            raise ValueError("bpftrace -c splits on spaces: %r" % command)
+        return run([TOOL_PYTHON, TOOL, *options, "-c", " ".join(command)],
+                   timeout=300)
+
+    def workload(self, text, directory=None):
+        directory = directory or self.tmp
+        self.write("recorder.py", RECORDER, directory)
+        return self.write("workload.py", text, directory)
+
+    def trace(self, options, text, directory=None):
+        """(the tool's stacks as a Counter, the expected ones)."""
+        workload = self.workload(text, directory)
+        expected = os.path.join(self.tmp, "expected.json")
+        proc = self.tool(options + ["--json"], workload, expected)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # Other stacks (imports at start-up) may be too deep to decode
+        # every line; none may be lost.
+        self.assertNotIn("lost", proc.stderr)
+        found = collections.Counter()
+        for row in json.loads(proc.stdout):
+            found[tuple((f["name"], f["filename"], f["line"])
+                        for f in row["frames"])] = row["count"]
+        with open(expected) as f:
+            recorded = json.load(f)
+        self.assertTrue(recorded)
+        return found, recorded
+
+    def expect(self, recorded, name_field=0):
+        """The recorded stacks as the tool shows them."""
+        expected = collections.Counter()
+        for stack in recorded:
+            expected[tuple((cut(frame[name_field], self.strlen),
+                            cut(frame[2], self.strlen), frame[3])
+                           for frame in stack)] += 1
+        return expected
+
+    @staticmethod
+    def ending_like(found, expected):
+        """The stacks of found whose innermost frame is that of one of
+        the expected stacks: the hits of the recorded calls, and of others
+        that the workload does not record (imports at start-up, the
+        interpreter's own collections) only if they hit the same lines."""
+        innermost = {stack[0] for stack in expected}
+        return collections.Counter(
+            {stack: count for stack, count in found.items()
+             if stack[0] in innermost})
+
+    def test_write_stacks(self):
+        # Threads (whose thread state is found while they do not hold the
+        # GIL), a method, a nested function, a generator, coroutines run
+        # by asyncio and by hand: all the writes to FD, and only them.
+        found, recorded = self.trace(
+            ["--probe", "tracepoint:syscalls:sys_enter_write",
+             "--filter", "args->fd == 77"], WRITES)
+        expected = self.expect(recorded)
+        self.assertEqual(sum(expected.values()), 6 + 6 + 3 + 4)
+        self.assertEqual(found, expected)
+        names = {frame[0] for stack in found for frame in stack}
+        self.assertTrue({"Writer.method", "nested.<locals>.inner",
+                         "generator", "coroutine"} <= names, names)
+
+    def test_write_folded_co_name(self):
+        # --co-name names frames as tracebacks do; --folded prints
+        # "root;...;innermost count" lines.
+        workload = self.workload(WRITES)
+        expected_path = os.path.join(self.tmp, "expected.json")
+        proc = self.tool(["--probe", "tracepoint:syscalls:sys_enter_write",
+                          "--filter", "args->fd == 77", "--co-name",
+                          "--folded"], workload, expected_path)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(expected_path) as f:
+            recorded = json.load(f)
+        expected = collections.Counter()
+        for stack, count in self.expect(recorded, name_field=1).items():
+            expected[";".join("%s (%s:%d)" % frame
+                              for frame in reversed(stack))] += count
+        found = collections.Counter()
+        for line in proc.stdout.splitlines():
+            stack, _, count = line.rpartition(" ")
+            found[stack] += int(count)
+        self.assertEqual(found, expected, proc.stdout)
+
+    def test_gc_start_deep_path(self):
+        # gc__start, in a workload whose path is longer than the 127
+        # bytes the tool keeps of a file name.
+        deep = os.path.join(self.tmp, *["directory-%02d" % i
+                                        for i in range(12)])
+        os.makedirs(deep)
+        self.assertGreater(len(os.path.join(deep, "workload.py")), 127)
+        found, recorded = self.trace(
+            ["--probe", "usdt:PYTHON:python:gc__start"], COLLECTIONS, deep)
+        expected = self.expect(recorded)
+        self.assertEqual(sum(expected.values()), 5)
+        filename = cut(os.path.join(deep, "workload.py"), self.strlen)
+        self.assertTrue(filename.startswith("..."), filename)
+        self.assertEqual(self.ending_like(found, expected), expected)
+
+    def test_gil_waits(self):
+        # The thread that takes the GIL back after time.sleep(); the
+        # gil__take__start marker where the build has it, else a uprobe
+        # on take_gil().
+        if any(provider == "python" and name == "gil__take__start"
+               for provider, name, _ in stapsdt_notes(PYTHON)):
+            probe = "usdt:PYTHON:python:gil__take__start"
+        else:
+            probe = "uprobe:PYTHON:take_gil"
+        found, recorded = self.trace(["--probe", probe], GIL_WAITS)
+        expected = self.expect(recorded)
+        self.assertEqual(sum(expected.values()), 20)
+        self.assertEqual(self.ending_like(found, expected), expected)
+
+    def test_attach_to_pid(self):
+        # -p PID: the tool attaches to a running interpreter, which
+        # collects once its gc__start probe is armed; SIGINT stops the
+        # tool, which then prints.
+        workload = self.workload(textwrap.dedent("""\
+            import gc, sys
+            from recorder import record
+
+            def collect():
+                record(gc.collect())
+
+            print("ready", flush=True)
+            sys.stdin.readline()
+            for _ in range(3):
+                collect()
+            print("done", flush=True)
+            sys.stdin.readline()
+            """))
+        expected_path = os.path.join(self.tmp, "expected.json")
+        target = start(self, [PYTHON, workload, expected_path],
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.assertEqual(target.stdout.readline(), "ready\n")
+        semaphore = Semaphore(target.pid, "gc__start")
+        armed = semaphore.snapshot()
+        tool = start(self, [TOOL_PYTHON, TOOL, "--probe",
+                            "usdt:PYTHON:python:gc__start", "--json",
+                            "-p", str(target.pid)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertIsNotNone(
+            semaphore.wait_armed(armed, lambda: tool.poll() is None),
+            tool.poll() is not None and tool.stderr.read())
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        self.assertEqual(target.stdout.readline(), "done\n")
+        tool.send_signal(signal.SIGINT)
+        stdout, stderr = tool.communicate(timeout=60)
+        target.stdin.write("exit\n")
+        target.stdin.flush()
+        target.wait()
+        with open(expected_path) as f:
+            expected = self.expect(json.load(f))
+        found = collections.Counter()
+        for row in json.loads(stdout):
+            found[tuple((f["name"], f["filename"], f["line"])
+                        for f in row["frames"])] = row["count"]
+        self.assertEqual(sum(expected.values()), 3)
+        self.assertEqual(found, expected, stderr)
+
+    def test_print_program(self):
+        # The program shows its offsets by name, and needs no target.
+        proc = run([TOOL_PYTHON, TOOL, "--probe",
+                    "usdt:PYTHON:python:gc__start", "--python", PYTHON,
+                    "--print-program"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("usdt:%s:python:gc__start" % os.path.realpath(PYTHON),
+                      proc.stdout)
+        self.assertIn("#define COOKIE                 0x7970677562656478",
+                      proc.stdout)
+
+
+class PystackOffsetsTest(unittest.TestCase):
+    """What the tool reads from the interpreter's ELF file, compared with
+    what the interpreter says about itself."""
+
+    def test_offsets_and_runtime(self):
+        proc = run([TOOL_PYTHON, "-c", textwrap.dedent("""\
+            import json, sys
+            sys.path.insert(0, sys.argv[1])
+            import pystack
+            i = pystack.Interpreter(sys.argv[2])
+            print(json.dumps([i.version, i.runtime_vaddr, i.tls_offset,
+                              i.text_vaddr]))
+            """), os.path.dirname(TOOL), PYTHON])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        version, runtime, tls, text = json.loads(proc.stdout)
+        proc = run([PYTHON, "-c", "import sys; print(sys.hexversion)"])
+        self.assertEqual(version, int(proc.stdout))
+        symbols = run(["readelf", "-sW", PYTHON]).stdout
+        self.assertIn("%016x" % runtime, symbols)
+        self.assertGreater(tls, 0)
+        self.assertGreater(text, 0)
+
+    def test_not_an_interpreter(self):
+        proc = run([TOOL_PYTHON, TOOL, "--probe", "BEGIN", "--python",
+                    "/bin/true", "--print-program"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("pystack: ", proc.stderr)
+        self.assertIn("no .PyRuntime section", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
