@@ -30,11 +30,12 @@
  *   dict.fromkeys        "builtins"     "dict.fromkeys"
  *   deque().append       "collections"  "deque.append"
  *
- * funcname is the function's __qualname__ (ml_name, prefixed with the type
- * that owns the method: the descriptor's type, the bound type for a
- * classmethod, otherwise the type of __self__).  modulename is the
- * function's __module__ when that is a str, otherwise the module of that
- * type, otherwise "".
+ * funcname is the __qualname__ of the builtin method a profile function
+ * receives: ml_name, prefixed with the bound type for a classmethod, or
+ * with the type of __self__ for other methods (so a list subclass L gives
+ * "L.append", whether called as l.append(x) or list.append(l, x)).
+ * modulename is the function's __module__ when that is a str, otherwise the
+ * module of that type, otherwise "".
  *
  * Calls in progress when a tool starts watching CALL
  * ---------------------------------------------------
@@ -49,6 +50,17 @@
  * C_RETURN/C_RAISE then reaches the probe only.  A record is dropped at the
  * next CALL event of the same instruction in the same frame, so a record
  * for a call that was not in progress is harmless.
+ *
+ * The probes' slot can also be what gives a code object several tools.
+ * With one tool, the interpreter keeps no per-instruction tool set
+ * (Python/instrumentation.c, get_tools_for_instruction()): a tool that
+ * returns DISABLE from a CALL event un-instruments the instruction, still
+ * gets that call's C_RETURN, and no event of later calls there.  With
+ * several, the instruction stays instrumented and the tool is dropped from
+ * its set at once, so it would miss that C_RETURN.  For such code, each
+ * thread keeps the tools of its CALL events in progress (a stack that
+ * follows its frames), and a C_RETURN/C_RAISE goes to the tools that the
+ * call's CALL event had, as without the probes.
  */
 
 #include "Python.h"
@@ -97,13 +109,14 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
         module = func->m_module;
     }
     else if (Py_IS_TYPE(callable, &PyMethodDescr_Type)) {
+        /* The legacy path binds it to self_arg (method_get()). */
         PyMethodDescrObject *descr = (PyMethodDescrObject *)callable;
-        owner = descr->d_common.d_type;
         if (self_arg == &_PyInstrumentation_MISSING
-            || !PyObject_TypeCheck(self_arg, owner))
+            || !PyObject_TypeCheck(self_arg, descr->d_common.d_type))
         {
             return;
         }
+        owner = Py_TYPE(self_arg);
         ml_name = descr->d_method->ml_name;
     }
     else {
@@ -178,6 +191,96 @@ take_hidden(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
     return found;
 }
 
+/* The legacy slots whose events are there only for the probes: no thread
+ * has a profile (trace) function. */
+static uint8_t
+probe_only_slots(PyInterpreterState *interp)
+{
+    uint8_t slots = 0;
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
+        slots |= 1 << PY_MONITORING_SYS_PROFILE_ID;
+    }
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
+        slots |= 1 << PY_MONITORING_SYS_TRACE_ID;
+    }
+    return slots;
+}
+
+/* Whether the code of *frame* has a per-instruction tool set only because
+ * of the probes' slots *probes* (see above). */
+static int
+several_tools_by_probes(_PyInterpreterFrame *frame, uint8_t probes)
+{
+    _PyCoMonitoringData *data = _PyFrame_GetCode(frame)->_co_monitoring;
+    if (data == NULL || data->tools == NULL) {
+        return 0;
+    }
+    for (int e = 0; e < _PY_MONITORING_LOCAL_EVENTS; e++) {
+        uint8_t others = data->active_monitors.tools[e] & ~probes;
+        if (others & (others - 1)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The CALL events in progress in this thread, in code where
+ * several_tools_by_probes(): one per frame, outermost first. */
+#define CALL_STACK_DEPTH 32
+
+static _Py_thread_local struct {
+    int depth;
+    struct {
+        _PyInterpreterFrame *frame;
+        _Py_CODEUNIT *instr;
+        uint8_t tools;
+    } calls[CALL_STACK_DEPTH];
+} call_stack;
+
+/* Index of the entry of *frame*, or -1.  Entries above it belong to calls
+ * that have ended. */
+static int
+find_call(_PyInterpreterFrame *frame)
+{
+    for (int i = call_stack.depth - 1; i >= 0; i--) {
+        if (call_stack.calls[i].frame == frame) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void
+push_call(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr, uint8_t tools)
+{
+    int i = find_call(frame);
+    if (i >= 0) {
+        call_stack.depth = i;
+    }
+    if (call_stack.depth < CALL_STACK_DEPTH) {
+        i = call_stack.depth++;
+        call_stack.calls[i].frame = frame;
+        call_stack.calls[i].instr = instr;
+        call_stack.calls[i].tools = tools;
+    }
+}
+
+/* The tools that a C_RETURN/C_RAISE reaches without the probes. */
+static uint8_t
+unarmed_return_tools(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
+                     uint8_t probes, uint8_t tools)
+{
+    int i = find_call(frame);
+    if (i < 0 || call_stack.calls[i].instr != instr) {
+        return tools;
+    }
+    uint8_t at_call = call_stack.calls[i].tools;
+    call_stack.depth = i;
+    _PyCoMonitoringData *data = _PyFrame_GetCode(frame)->_co_monitoring;
+    uint8_t call_tools = data->active_monitors.tools[PY_MONITORING_EVENT_CALL];
+    return (tools & probes) | (call_tools & at_call & ~probes);
+}
+
 uint8_t
 _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
                          _Py_CODEUNIT *instr, PyObject *callable,
@@ -190,6 +293,15 @@ _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
     {
         /* Dispatched before any tool watched CALL: no tool sees it. */
         return 0;
+    }
+    uint8_t probes = probe_only_slots(_PyInterpreterState_GET());
+    if ((tools & probes) && several_tools_by_probes(frame, probes)) {
+        if (event == PY_MONITORING_EVENT_CALL) {
+            push_call(frame, instr, tools);
+        }
+        else {
+            tools = unarmed_return_tools(frame, instr, probes, tools);
+        }
     }
     return tools;
 }

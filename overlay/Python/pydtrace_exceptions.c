@@ -18,10 +18,11 @@
  * event is reported for: its code and its current line, the f_lineno that a
  * sys.monitoring callback reads from that frame (for RAISE the raising
  * instruction's line; for EXCEPTION_HANDLED and RERAISE the line where the
- * exception entered the frame, not the handler's).  exctype is the
- * exception type's name as a traceback prints it: __qualname__, prefixed
- * with __module__ and a dot unless the module is builtins or __main__
- * (ValueError, json.decoder.JSONDecodeError).
+ * exception entered the frame, not the handler's), or -1 where f_lineno is
+ * None (instructions without a line, as in except* machinery).  exctype is
+ * the exception type's name as a traceback prints it: __qualname__,
+ * prefixed with __module__ and a dot unless the module is builtins or
+ * __main__ (ValueError, json.decoder.JSONDecodeError).
  */
 
 #include "Python.h"
@@ -48,10 +49,10 @@ event_armed(int event)
     }
 }
 
-/* Like the traceback module: a module that the type's __module__ does not
- * name (missing, not a str, or unreadable without running code) prints as
- * the bare qualified name.  *modbuf*, *qualbuf* and *buf* hold
- * _PyDTrace_STRBUF_SIZE bytes each. */
+/* Like the traceback module: no prefix for builtins and __main__, and
+ * "<unknown>." when __module__ is not a str (also when it cannot be read
+ * without running code, see _PyDTrace_TypeNames()).  *modbuf*, *qualbuf*
+ * and *buf* hold _PyDTrace_STRBUF_SIZE bytes each. */
 static const char *
 traceback_type_name(PyTypeObject *type, char *modbuf, char *qualbuf,
                     char *buf)
@@ -59,9 +60,7 @@ traceback_type_name(PyTypeObject *type, char *modbuf, char *qualbuf,
     const char *module;
     const char *qualname;
     _PyDTrace_TypeNames(type, modbuf, qualbuf, &module, &qualname);
-    if (strcmp(module, "builtins") == 0 || strcmp(module, "__main__") == 0
-        || strcmp(module, "<unknown>") == 0)
-    {
+    if (strcmp(module, "builtins") == 0 || strcmp(module, "__main__") == 0) {
         return qualname;
     }
     return _PyDTrace_JoinDotted(module, qualname, buf, _PyDTrace_STRBUF_SIZE);
