@@ -23,6 +23,19 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, text=True, **kwargs)
 
 
+_free_threaded = None
+
+
+def free_threaded():
+    """True when PYTHON is a free-threaded (--disable-gil) build."""
+    global _free_threaded
+    if _free_threaded is None:
+        proc = run([PYTHON, "-c", "import sysconfig; print(sysconfig."
+                    "get_config_var('Py_GIL_DISABLED'))"])
+        _free_threaded = proc.stdout.strip() == "1"
+    return _free_threaded
+
+
 def start(testcase, cmd, **kwargs):
     """subprocess.Popen(cmd, text=True, **kwargs), stopped at cleanup."""
     proc = subprocess.Popen(cmd, text=True, **kwargs)

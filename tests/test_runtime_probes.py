@@ -14,7 +14,7 @@ import collections
 import os
 import unittest
 
-from support import Bpftrace, PYTHON, run
+from support import Bpftrace, PYTHON, free_threaded, run
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "runtime_workload.py")
@@ -79,9 +79,7 @@ class ThreadsAndGil(unittest.TestCase):
     def setUpClass(cls):
         # One bpftrace run serves every test of the class.
         cls.lines, cls.maps = run_workload(THREADS_PROGRAM, "threads")
-        proc = run([PYTHON, "-c", "import sysconfig; print(sysconfig."
-                    "get_config_var('Py_GIL_DISABLED'))"])
-        cls.free_threaded = proc.stdout.strip() == "1"
+        cls.free_threaded = free_threaded()
 
     def setUp(self):
         ((_, main),) = self.tagged("MAIN")
