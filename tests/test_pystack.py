@@ -375,7 +375,7 @@ class PystackOffsetsTest(unittest.TestCase):
                               i.text_vaddr]))
             """), os.path.dirname(TOOL), PYTHON])
         if free_threaded():
-            # Refused, with the reason (docs/pystack.md).
+            # Refused, with the reason (the howto's "Python stacks").
             self.assertNotEqual(proc.returncode, 0)
             self.assertIn("is a free-threaded build: not supported",
                           proc.stderr)

@@ -20,7 +20,7 @@ Needs root and bpftrace (0.17 tested); runs under any Python 3.
 
 Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
-"root;...;innermost count", for flamegraph.pl.  See docs/pystack.md.
+"root;...;innermost count", for flamegraph.pl.  See "Python stacks" in Doc/howto/instrumentation.rst.
 """
 
 import argparse
@@ -776,7 +776,7 @@ def run_bpftrace(text, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Count the Python stacks of the threads that hit a "
-        "bpftrace probe (see docs/pystack.md).")
+        "bpftrace probe (see \"Python stacks\" in Doc/howto/instrumentation.rst).")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
                         "field PYTHON stands for the interpreter's path "
