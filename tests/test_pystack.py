@@ -20,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 
-from support import (PYTHON, TOP, Semaphore, free_threaded, require_bpftrace,
+from support import (PYTHON, TOP, free_threaded, require_bpftrace,
                      run, start, stapsdt_notes)
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
@@ -302,36 +303,54 @@ class PystackTest(unittest.TestCase):
         self.assertEqual(self.ending_like(found, expected), expected)
 
     def test_attach_to_pid(self):
-        # -p PID: the tool attaches to a running interpreter, which
-        # collects once its gc__start probe is armed; SIGINT stops the
-        # tool, which then prints.
+        # -p PID: the tool attaches to a running interpreter.  The probe's
+        # semaphore is set when bpftrace creates the uprobe, which can be
+        # seconds before the kernel has verified and attached the program,
+        # so the workload collects in warm_up() until the tool has saved a
+        # record (--save), and only then makes its 3 counted collections.
+        # SIGINT stops the tool; bpftrace reads what its buffers still hold
+        # before it exits, and the tool then prints.
         workload = self.workload(textwrap.dedent("""\
-            import gc, sys
+            import gc, sys, threading, time
             from recorder import record
+
+            def warm_up():
+                gc.collect()
 
             def collect():
                 record(gc.collect())
 
+            go = threading.Event()
+            threading.Thread(target=lambda: (sys.stdin.readline(), go.set()),
+                             daemon=True).start()
             print("ready", flush=True)
-            sys.stdin.readline()
+            while not go.is_set():
+                warm_up()
+                time.sleep(0.02)
             for _ in range(3):
                 collect()
             print("done", flush=True)
             sys.stdin.readline()
             """))
         expected_path = os.path.join(self.tmp, "expected.json")
+        records = os.path.join(self.tmp, "records")
         target = start(self, [PYTHON, workload, expected_path],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.assertEqual(target.stdout.readline(), "ready\n")
-        semaphore = Semaphore(target.pid, "gc__start")
-        armed = semaphore.snapshot()
         tool = start(self, [TOOL_PYTHON, TOOL, "--probe",
                             "usdt:PYTHON:python:gc__start", "--json",
-                            "-p", str(target.pid)],
+                            "--save", records, "-p", str(target.pid)],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.assertIsNotNone(
-            semaphore.wait_armed(armed, lambda: tool.poll() is None),
-            tool.poll() is not None and tool.stderr.read())
+
+        def saved(name):
+            """How many saved records name *name*."""
+            if not os.path.exists(records):
+                return 0
+            with open(records, errors="replace") as f:
+                return sum(1 for line in f if name in line)
+
+        self.assertTrue(self.wait_for(lambda: saved("warm_up") > 0, tool),
+                        tool.poll() is not None and tool.stderr.read())
         target.stdin.write("go\n")
         target.stdin.flush()
         self.assertEqual(target.stdout.readline(), "done\n")
@@ -344,10 +363,22 @@ class PystackTest(unittest.TestCase):
             expected = self.expect(json.load(f))
         found = collections.Counter()
         for row in json.loads(stdout):
+            if row["frames"][0]["name"] == "warm_up":
+                continue
             found[tuple((f["name"], f["filename"], f["line"])
                         for f in row["frames"])] = row["count"]
         self.assertEqual(sum(expected.values()), 3)
         self.assertEqual(found, expected, stderr)
+
+    @staticmethod
+    def wait_for(condition, tool, timeout=60):
+        """Poll *condition* while the tool runs; False after *timeout* s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and tool.poll() is None:
+            if condition():
+                return True
+            time.sleep(0.05)
+        return condition()
 
     def test_print_program(self):
         # The program shows its offsets by name, and needs no target.

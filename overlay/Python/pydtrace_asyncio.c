@@ -23,7 +23,7 @@
 #include "Python.h"
 #include "pycore_dtrace.h"
 
-#include <stdio.h>
+#include <string.h>
 
 #ifdef WITH_DTRACE
 
@@ -32,15 +32,30 @@ const unsigned short *const _PyDTrace_TaskStepSemaphores[2] = {
     &python_task__step__done_semaphore,
 };
 
-/* The Task keeps an int N until get_name() first formats it as "Task-N". */
+/* The Task keeps an int N until get_name() first formats it as "Task-N"
+ * (formatted here by hand: snprintf() was most of a hit's work). */
 static const char *
 task_name_utf8(PyObject *name, char *buf, size_t size)
 {
     if (name != NULL && PyLong_CheckExact(name)) {
         /* The counter is positive; for an exact int this conversion
          * neither fails nor sets an exception. */
-        (void)snprintf(buf, size, "Task-%llu",
-                       PyLong_AsUnsignedLongLongMask(name));
+        unsigned long long n = PyLong_AsUnsignedLongLongMask(name);
+        char digits[24];
+        size_t len = 0;
+        do {
+            digits[len++] = (char)('0' + n % 10);
+            n /= 10;
+        } while (n != 0);
+        static const char prefix[] = "Task-";
+        if (size < sizeof(prefix) + len) {
+            return "<unknown>";
+        }
+        memcpy(buf, prefix, sizeof(prefix) - 1);
+        for (size_t i = 0; i < len; i++) {
+            buf[sizeof(prefix) - 1 + i] = digits[len - 1 - i];
+        }
+        buf[sizeof(prefix) - 1 + len] = '\0';
         return buf;
     }
     return _PyDTrace_StrAsUTF8(name, buf, size);

@@ -85,7 +85,8 @@ _PyDTrace_ExceptionEvent(int event, _PyInterpreterFrame *frame,
                                                sizeof(filebuf));
     const char *funcname = _PyDTrace_StrAsUTF8(code->co_name, namebuf,
                                                sizeof(namebuf));
-    int lineno = PyUnstable_InterpreterFrame_GetLine(frame);
+    /* PyUnstable_InterpreterFrame_GetLine(frame), cached. */
+    int lineno = _PyDTrace_InstrLine(frame, frame->instr_ptr);
     switch (event) {
         case PY_MONITORING_EVENT_RAISE:
             PyDTrace_EXCEPTION_RAISE(filename, funcname, lineno, exctype);

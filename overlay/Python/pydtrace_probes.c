@@ -165,12 +165,40 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
     }
 }
 
+/* PyCode_Addr2Line() walks the code's location table from its start, which
+ * was most of the work of a cfunction or exception probe hit.  Each thread
+ * remembers the lines of the instructions it saw last: an entry is keyed
+ * by the instruction's address and its code object's co_version, unique
+ * per code object (0, once the counter is exhausted, is not cached), so a
+ * code object freed and another made at the same address cannot match. */
+#define LINE_CACHE_SIZE 128     /* a power of 2 */
+
+static _Py_thread_local struct {
+    _Py_CODEUNIT *instr;
+    uint32_t version;
+    int line;
+} line_cache[LINE_CACHE_SIZE];
+
 int
 _PyDTrace_InstrLine(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
 {
     PyCodeObject *code = _PyFrame_GetCode(frame);
+    uint32_t version = code->co_version;
+    size_t slot = ((uintptr_t)instr / sizeof(_Py_CODEUNIT))
+                  & (LINE_CACHE_SIZE - 1);
+    if (version != 0 && line_cache[slot].instr == instr
+        && line_cache[slot].version == version)
+    {
+        return line_cache[slot].line;
+    }
     int offset = (int)(instr - _PyCode_CODE(code));
-    return PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
+    int line = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
+    if (version != 0) {
+        line_cache[slot].instr = instr;
+        line_cache[slot].version = version;
+        line_cache[slot].line = line;
+    }
+    return line;
 }
 
 uint8_t

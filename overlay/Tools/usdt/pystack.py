@@ -20,7 +20,8 @@ Needs root and bpftrace (0.17 tested); runs under any Python 3.
 
 Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
-"root;...;innermost count", for flamegraph.pl.  See "Python stacks" in Doc/howto/instrumentation.rst.
+"root;...;innermost count", for flamegraph.pl.  See "Python stacks" in
+Doc/howto/instrumentation.rst.
 """
 
 import argparse
@@ -729,10 +730,13 @@ def run_bpftrace(text, args):
     env["BPFTRACE_STRLEN"] = str(args.strlen)
     with tempfile.TemporaryDirectory(prefix="pystack") as tmp:
         script = os.path.join(tmp, "pystack.bt")
-        output = os.path.join(tmp, "records")
+        output = args.save or os.path.join(tmp, "records")
         with open(script, "w") as f:
             f.write(text)
         cmd = [bpftrace, "-q", "-o", output, script]
+        if args.save:
+            # Unbuffered, so FILE shows each record as it comes.
+            cmd[1:1] = ["-B", "none"]
         if args.pid is not None:
             cmd += ["-p", str(args.pid)]
         elif args.command is not None:
@@ -776,7 +780,8 @@ def run_bpftrace(text, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Count the Python stacks of the threads that hit a "
-        "bpftrace probe (see \"Python stacks\" in Doc/howto/instrumentation.rst).")
+        "bpftrace probe (see \"Python stacks\" in "
+        "Doc/howto/instrumentation.rst).")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
                         "field PYTHON stands for the interpreter's path "
@@ -817,6 +822,10 @@ def main(argv=None):
                         "most bpftrace allows)")
     parser.add_argument("--print-program", action="store_true",
                         help="print the bpftrace program and exit")
+    parser.add_argument("--save", metavar="FILE",
+                        help="write bpftrace's records to FILE as they "
+                        "come, unbuffered (for --read later), not to a "
+                        "temporary file")
     parser.add_argument("--read", metavar="FILE",
                         help="count the records of a saved run of the "
                         "program (bpftrace -o FILE) instead of running it")
