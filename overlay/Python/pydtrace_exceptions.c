@@ -78,13 +78,10 @@ _PyDTrace_ExceptionEvent(int event, _PyInterpreterFrame *frame,
     char typebuf[_PyDTrace_STRBUF_SIZE];
     const char *exctype = traceback_type_name(Py_TYPE(exc), modbuf, qualbuf,
                                               typebuf);
-    PyCodeObject *code = _PyFrame_GetCode(frame);
-    char filebuf[_PyDTrace_STRBUF_SIZE];
-    char namebuf[_PyDTrace_STRBUF_SIZE];
-    const char *filename = _PyDTrace_StrAsUTF8(code->co_filename, filebuf,
-                                               sizeof(filebuf));
-    const char *funcname = _PyDTrace_StrAsUTF8(code->co_name, namebuf,
-                                               sizeof(namebuf));
+    struct _PyDTrace_CodeNames names;
+    _PyDTrace_GetCodeNames(_PyFrame_GetCode(frame), &names);
+    const char *filename = names.filename;
+    const char *funcname = names.funcname;
     /* PyUnstable_InterpreterFrame_GetLine(frame), cached. */
     int lineno = _PyDTrace_InstrLine(frame, frame->instr_ptr);
     switch (event) {

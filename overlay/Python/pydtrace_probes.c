@@ -150,19 +150,25 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
             return;
     }
     PyCodeObject *code = _PyFrame_GetCode(frame);
-    char filebuf[_PyDTrace_STRBUF_SIZE];
-    char namebuf[_PyDTrace_STRBUF_SIZE];
-    const char *filename = _PyDTrace_StrAsUTF8(code->co_filename, filebuf,
-                                               sizeof(filebuf));
-    const char *funcname = _PyDTrace_StrAsUTF8(code->co_name, namebuf,
-                                               sizeof(namebuf));
+    struct _PyDTrace_CodeNames names;
+    _PyDTrace_GetCodeNames(code, &names);
     if (entry) {
-        PyDTrace_FUNCTION_ENTRY(filename, funcname, code->co_firstlineno);
+        PyDTrace_FUNCTION_ENTRY(names.filename, names.funcname,
+                                code->co_firstlineno);
     }
     else {
-        PyDTrace_FUNCTION_RETURN(filename, funcname,
+        PyDTrace_FUNCTION_RETURN(names.filename, names.funcname,
                                  _PyDTrace_InstrLine(frame, instr));
     }
+}
+
+void
+_PyDTrace_GetCodeNames(PyCodeObject *code, struct _PyDTrace_CodeNames *names)
+{
+    names->filename = _PyDTrace_StrAsUTF8(code->co_filename, names->filebuf,
+                                          sizeof(names->filebuf));
+    names->funcname = _PyDTrace_StrAsUTF8(code->co_name, names->namebuf,
+                                          sizeof(names->namebuf));
 }
 
 /* PyCode_Addr2Line() walks the code's location table from its start, which
@@ -280,13 +286,9 @@ _PyDTrace_FireLine(_PyInterpreterFrame *frame, int line)
     if (line < 0) {
         return;
     }
-    PyCodeObject *code = _PyFrame_GetCode(frame);
-    char filebuf[_PyDTrace_STRBUF_SIZE];
-    char namebuf[_PyDTrace_STRBUF_SIZE];
-    PyDTrace_LINE(
-        _PyDTrace_StrAsUTF8(code->co_filename, filebuf, sizeof(filebuf)),
-        _PyDTrace_StrAsUTF8(code->co_name, namebuf, sizeof(namebuf)),
-        line);
+    struct _PyDTrace_CodeNames names;
+    _PyDTrace_GetCodeNames(_PyFrame_GetCode(frame), &names);
+    PyDTrace_LINE(names.filename, names.funcname, line);
 }
 
 /* ------------------------------------------------------------------------

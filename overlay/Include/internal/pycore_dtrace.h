@@ -68,6 +68,17 @@ extern void _PyDTrace_TypeNames(PyTypeObject *type, char *modbuf,
 extern const char *_PyDTrace_JoinDotted(const char *a, const char *b,
                                         char *buf, size_t size);
 
+/* A code object's co_filename and co_name as probe arguments. */
+struct _PyDTrace_CodeNames {
+    const char *filename;
+    const char *funcname;
+    char filebuf[_PyDTrace_STRBUF_SIZE];
+    char namebuf[_PyDTrace_STRBUF_SIZE];
+};
+
+extern void _PyDTrace_GetCodeNames(PyCodeObject *code,
+                                   struct _PyDTrace_CodeNames *names);
+
 /* The line of the instruction *instr* of *frame*. */
 extern int _PyDTrace_InstrLine(struct _PyInterpreterFrame *frame,
                                _Py_CODEUNIT *instr);
