@@ -130,17 +130,27 @@ _PyDTrace_LegacyToolEvents(PyInterpreterState *Py_UNUSED(interp), int tool)
 uint8_t
 _PyDTrace_VisibleTools(PyInterpreterState *interp, int event, uint8_t tools)
 {
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0
-        || !((LEGACY_PROFILE_EVENTS >> event) & 1))
-    {
-        tools &= ~(1 << PY_MONITORING_SYS_PROFILE_ID);
+    uint8_t hidden = _PyDTrace_ProbeOnlySlots(interp);
+    if (!((LEGACY_PROFILE_EVENTS >> event) & 1)) {
+        hidden |= 1 << PY_MONITORING_SYS_PROFILE_ID;
     }
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0
-        || !((LEGACY_TRACE_EVENTS >> event) & 1))
-    {
-        tools &= ~(1 << PY_MONITORING_SYS_TRACE_ID);
+    if (!((LEGACY_TRACE_EVENTS >> event) & 1)) {
+        hidden |= 1 << PY_MONITORING_SYS_TRACE_ID;
     }
-    return tools;
+    return tools & ~hidden;
+}
+
+uint8_t
+_PyDTrace_ProbeOnlySlots(PyInterpreterState *interp)
+{
+    uint8_t slots = 0;
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
+        slots |= 1 << PY_MONITORING_SYS_PROFILE_ID;
+    }
+    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
+        slots |= 1 << PY_MONITORING_SYS_TRACE_ID;
+    }
+    return slots;
 }
 
 /* Install on both legacy slots of the current thread's interpreter:

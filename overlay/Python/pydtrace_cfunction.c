@@ -191,21 +191,6 @@ take_hidden(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
     return found;
 }
 
-/* The legacy slots whose events are there only for the probes: no thread
- * has a profile (trace) function. */
-static uint8_t
-probe_only_slots(PyInterpreterState *interp)
-{
-    uint8_t slots = 0;
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
-        slots |= 1 << PY_MONITORING_SYS_PROFILE_ID;
-    }
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
-        slots |= 1 << PY_MONITORING_SYS_TRACE_ID;
-    }
-    return slots;
-}
-
 /* Whether the code of *frame* has a per-instruction tool set only because
  * of the probes' slots *probes* (see above). */
 static int
@@ -294,7 +279,7 @@ _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
         /* Dispatched before any tool watched CALL: no tool sees it. */
         return 0;
     }
-    uint8_t probes = probe_only_slots(_PyInterpreterState_GET());
+    uint8_t probes = _PyDTrace_ProbeOnlySlots(_PyInterpreterState_GET());
     if ((tools & probes) && several_tools_by_probes(frame, probes)) {
         if (event == PY_MONITORING_EVENT_CALL) {
             push_call(frame, instr, tools);

@@ -105,6 +105,10 @@ extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,
 extern uint8_t _PyDTrace_VisibleTools(PyInterpreterState *interp, int event,
                                       uint8_t tools);
 
+/* The legacy slots whose events are there only for the probes: those for
+ * which no thread has a sys.setprofile() (sys.settrace()) function. */
+extern uint8_t _PyDTrace_ProbeOnlySlots(PyInterpreterState *interp);
+
 /* Monitoring hooks (Python/instrumentation.c).  Given the tools that are
  * about to be called for *event* with the vectorcall arguments *args*
  * (args[3] onwards: the event's own arguments, *nargs* - 2 of them), fire
