@@ -11,7 +11,6 @@ probe firing, the probe's semaphore in the traced process).
 """
 
 import os
-import re
 import subprocess
 import unittest
 
@@ -26,9 +25,9 @@ EVENTS_TIMEOUT_S = 30
 
 
 def map_values(stdout):
-    """{name: value} of bpftrace's printed integer maps."""
-    return {m.group(1): int(m.group(2)) for m in
-            re.finditer(r"^@(\w+): (-?\d+)$", stdout, re.M)}
+    """{name: value} of bpftrace's printed integer maps without keys."""
+    return {name: value for name, keys, value in Bpftrace.maps(stdout)
+            if not keys}
 
 
 class AttachTest(unittest.TestCase):
