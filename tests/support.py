@@ -53,11 +53,14 @@ def stop(proc):
             pipe.close()
 
 
-def promised_probes():
-    """The probe names of tests/probes.txt, sorted."""
+def promised_probes(firing=False):
+    """The probe names of tests/probes.txt, sorted; with *firing*, without
+    the markers that never fire."""
     with open(os.path.join(TOP, "tests", "probes.txt")) as f:
-        return sorted(line.strip() for line in f
-                      if line.strip() and not line.startswith("#"))
+        entries = [line.split() for line in f
+                   if line.strip() and not line.startswith("#")]
+    return sorted(e[0] for e in entries
+                  if not (firing and e[1:] == ["marker"]))
 
 
 def stapsdt_notes(binary):

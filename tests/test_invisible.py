@@ -11,7 +11,9 @@ attach to a running process use bpftrace -p.
 import collections
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 from support import (Bpftrace, PYTHON, promised_probes,
@@ -172,6 +174,51 @@ class ArmedEqualsUnarmed(unittest.TestCase):
             "threads 1"])
         # (The GIL probes, armed too, never fire in a free-threaded build.)
         self.assertFired(hits, "thread__start", "thread__stop")
+
+    def test_stack_trampoline(self):
+        # With stacks__enable armed the perf-map trampoline is on, yet the
+        # program sees it off until it asks for it, and deep recursion,
+        # frames and tracebacks are unchanged.
+        pidfile = os.path.join(self.tmpdir(), "pid")
+        os.environ["INVISIBLE_PIDFILE"] = pidfile
+        self.addCleanup(os.environ.pop, "INVISIBLE_PIDFILE")
+        work = "py::case_stack_trampoline.<locals>.work:" + WORKLOAD
+        expected = [
+            "active False",
+            "recursion 950",
+            "frames ['names', 'case_stack_trampoline', '<module>']",
+            "generator [['names', 'gen', 'case_stack_trampoline'], 900]",
+            'raise KeyError("deep")',
+            "activated True",
+            "deactivated False",
+            "deactivated again False"]
+        out, _ = self.unarmed("stack_trampoline")
+        self.assertEqual(out, expected)
+        # Unarmed, work() ran before the program activated the trampoline.
+        self.assertNotIn(work, self.perf_map(pidfile))
+        armed_out, _ = self.armed("stack_trampoline")
+        self.assertEqual(armed_out, expected)
+        # Armed, the trampoline was on before: work() has its entry.
+        self.assertIn(work, self.perf_map(pidfile))
+
+    def tmpdir(self):
+        d = tempfile.mkdtemp(prefix="test_invisible.")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def perf_map(self, pidfile):
+        """The lines of the perf map of the process in *pidfile* (the map
+        is removed)."""
+        with open(pidfile) as f:
+            path = "/tmp/perf-%s.map" % f.read().strip()
+        try:
+            with open(path) as f:
+                return [line.split(" ", 2)[2].rstrip("\n") for line in f]
+        except FileNotFoundError:
+            return []
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
 
     def test_opcode_events_reach_bdb_style_tracer(self):
         out, _ = self.unarmed("pdb_opcodes")

@@ -51,6 +51,12 @@ arm_probes() {
     awk '!/^#/ && NF { print $1 }' "$TOP/tests/probes.txt"
 }
 
+# The probes that fire: not the markers, which are armed for their
+# semaphores only.
+arm_firing_probes() {
+    awk '!/^#/ && NF && $2 != "marker" { print $1 }' "$TOP/tests/probes.txt"
+}
+
 arm_start() {
     local python=$1 dir=$2 probe errors
     ARM_DIR=$dir ARM_SKIP=
@@ -161,7 +167,7 @@ $(arm_errors "$dir/bpftrace.err")"
         count=$(sed -n "s/^@hits\\[$probe\\]: *\\([0-9]*\\)\$/\\1/p" "$dir/bpftrace.out")
         counts+=("$probe=${count:-0}")
         [ "${count:-0}" -gt 0 ] || missing+=("$probe")
-    done < <(arm_probes)
+    done < <(arm_firing_probes)
     log "armed: hits ${counts[*]}"
     [ ${#missing[@]} -eq 0 ] ||
         die "probes armed but never fired during the run: ${missing[*]} (bpftrace output: $dir/bpftrace.out)"

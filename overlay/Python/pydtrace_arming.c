@@ -16,6 +16,11 @@
  *     whose event sets are out of date.  The pending call runs at the next
  *     eval-breaker check of a thread of that interpreter.
  *
+ * The same watcher turns the perf-map trampoline on and off for the marker
+ * python:stacks__enable (Python/pydtrace_stacks.c); the main interpreter
+ * applies it from the pending call only, never from _PyDTrace_Init(),
+ * which runs before -X perf sets up the program's own trampoline.
+ *
  * The watcher is disabled with -X dtrace_watch=0 or PYTHONDTRACEWATCH=0;
  * probes armed later are then only noticed at the next sys.setprofile() or
  * sys.settrace() call.
@@ -46,6 +51,7 @@
 #define ARMED_LINE 0x2
 #define ARMED_CFUNCTION 0x4
 #define ARMED_EXCEPTION 0x8
+#define ARMED_STACKS 0x10
 
 /* Event sets installed by Python/legacy_tracing.c when some thread has a
  * profile/trace function (kept in sync with _PyEval_SetProfile() and
@@ -89,6 +95,9 @@ probes_armed(void)
         || PyDTrace_EXCEPTION_HANDLED_ENABLED())
     {
         armed |= ARMED_EXCEPTION;
+    }
+    if (_PyDTrace_StacksArmed()) {
+        armed |= ARMED_STACKS;
     }
     return armed;
 }
@@ -264,6 +273,7 @@ dtrace_reconfigure(void *Py_UNUSED(arg))
     pthread_mutex_unlock(&watcher.mutex);
     if (configure) {
         dtrace_configure(tstate->interp, armed);
+        _PyDTrace_StacksApply(tstate, armed & ARMED_STACKS);
     }
     return 0;
 }
@@ -432,7 +442,9 @@ _PyDTrace_Init(PyThreadState *tstate)
     }
     w->interp = interp;
     pthread_mutex_lock(&watcher.mutex);
-    w->applied = probes_armed();
+    /* The marker python:stacks__enable is left to the watcher's first
+     * poll. */
+    w->applied = probes_armed() & ~ARMED_STACKS;
     w->next = watcher.interps;
     watcher.interps = w;
     pthread_mutex_unlock(&watcher.mutex);

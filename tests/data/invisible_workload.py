@@ -357,6 +357,52 @@ def case_thread_exit():
     print(*said, sep="\n")
 
 
+def case_stack_trampoline():
+    # Armed, python:stacks__enable turns the perf-map trampoline on at the
+    # watcher's first poll (within a second): keep entering functions past
+    # it.  $INVISIBLE_PIDFILE receives the pid, so that the test can check
+    # /tmp/perf-PID.map.
+    import os
+    import time
+    import traceback
+    with open(os.environ["INVISIBLE_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
+
+    def work(n):
+        return work(n - 1) + 1 if n else 0
+
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        work(20)
+
+    def names():
+        return [sys._getframe(i).f_code.co_name for i in range(3)]
+
+    def gen():
+        yield names()
+        yield work(900)
+
+    def fail():
+        raise KeyError("deep")
+
+    said = ["active %s" % sys.is_stack_trampoline_active(),
+            "recursion %s" % work(950),
+            "frames %s" % names(),
+            "generator %s" % list(gen())]
+    try:
+        fail()
+    except KeyError:
+        said.append(traceback.format_exc().splitlines()[-2].strip())
+    # The program's own calls: activate, then deactivate twice.
+    sys.activate_stack_trampoline("perf")
+    said.append("activated %s" % sys.is_stack_trampoline_active())
+    sys.deactivate_stack_trampoline()
+    said.append("deactivated %s" % sys.is_stack_trampoline_active())
+    sys.deactivate_stack_trampoline()
+    said.append("deactivated again %s" % sys.is_stack_trampoline_active())
+    print(*said, sep="\n")
+
+
 if __name__ == "__main__":
     import os
     case = sys.argv[1] if len(sys.argv) > 1 else os.environ["INVISIBLE_CASE"]

@@ -328,6 +328,20 @@ PyAPI_FUNC(void) _PyDTrace_FireTaskStep(int done, PyObject *task_name,
         } \
     } while (0)
 
+/* Python names in native stacks (Python/pydtrace_stacks.c).  The watcher
+ * reads the marker's semaphore with _PyDTrace_StacksArmed() and applies it
+ * with _PyDTrace_StacksApply() in a thread of each interpreter.  The other
+ * three are hooks in Python/sysmodule.c: sys.activate_stack_trampoline()
+ * and sys.deactivate_stack_trampoline() return None at once when the hook
+ * returns 1, and sys.is_stack_trampoline_active() is false while
+ * _PyDTrace_StacksHidden() is 1 (the trampoline is on for a tracer only). */
+extern int _PyDTrace_StacksArmed(void);
+extern void _PyDTrace_StacksApply(PyThreadState *tstate, int armed);
+extern int _PyDTrace_StacksActivate(PyThreadState *tstate,
+                                    const char *backend);
+extern int _PyDTrace_StacksDeactivate(PyThreadState *tstate);
+extern int _PyDTrace_StacksHidden(PyThreadState *tstate);
+
 #else  /* !WITH_DTRACE */
 
 static inline PyStatus
@@ -390,6 +404,9 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
 #define _PyDTrace_THREAD_STOP() ((void)0)
 #define _PyDTrace_TASK_STEP_START(task_name, coro) ((void)0)
 #define _PyDTrace_TASK_STEP_DONE(task_name, coro) ((void)0)
+#define _PyDTrace_StacksActivate(tstate, backend) 0
+#define _PyDTrace_StacksDeactivate(tstate) 0
+#define _PyDTrace_StacksHidden(tstate) 0
 
 #endif  /* !WITH_DTRACE */
 

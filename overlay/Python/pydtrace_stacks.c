@@ -1,0 +1,244 @@
+/* Python names in native stacks on demand (cpython-usdt).
+ *
+ * A tracer that wants py::QUALNAME:FILENAME frames in perf, bpftrace's
+ * ustack or bcc's profile arms the marker python:stacks__enable.  The marker
+ * never fires; only its semaphore matters.  The probe watcher
+ * (Python/pydtrace_arming.c) notices the semaphore within a poll and, from a
+ * thread of the main interpreter, calls _PyDTrace_StacksApply(), which
+ * turns on the perf-map trampoline of Python/perf_trampoline.c (the
+ * machinery behind -X perf): every Python function entered from then on
+ * runs through its own copy of a small trampoline, listed in
+ * /tmp/perf-PID.map under its Python name.  When the last tracer detaches,
+ * the trampoline is turned off again.
+ *
+ * What Python code sees stays as if no tracer were there:
+ *   - sys.is_stack_trampoline_active() is false while only the marker keeps
+ *     the trampoline on;
+ *   - sys.activate_stack_trampoline("perf") then hands the trampoline over
+ *     to the program, which keeps it after the tracer leaves;
+ *   - sys.deactivate_stack_trampoline() while the marker is armed turns it
+ *     off as far as the program can tell, and leaves it on for the tracer;
+ *   - a trampoline the program turned on (-X perf, PYTHONPERFSUPPORT,
+ *     sys.activate_stack_trampoline()) is never turned off by a tracer.
+ *
+ * Turning off only clears the interpreter's frame evaluator: trampolines,
+ * their code-extra slot and the perf map stay, so attaching again reuses
+ * them instead of taking a new code-extra index and a new arena each time
+ * (which is what _PyPerfTrampoline_Init(1) does).
+ *
+ * Limits (docs: "Python stacks" in Doc/howto/instrumentation.rst): the main
+ * interpreter only, as -X perf (the trampoline's state is process-wide);
+ * not in the free-threaded build, where 3.13's trampoline compiler is not
+ * thread-safe; not while another PEP 523 frame evaluator is installed; and
+ * frames that were already running when the marker was armed get no name
+ * until they are entered again.
+ */
+
+#include "Python.h"
+#include "pycore_ceval.h"         // _PyPerfTrampoline_Init()
+#include "pycore_dtrace.h"
+#include "pycore_interp.h"        // PyInterpreterState.eval_frame
+#include "pycore_pystate.h"       // _Py_IsMainInterpreter()
+#include "pycore_runtime.h"       // _PyRuntime
+
+#include <limits.h>               // PATH_MAX
+#include <stdio.h>                // snprintf()
+#include <string.h>               // strcmp()
+
+#if defined(WITH_DTRACE) && defined(PY_HAVE_PERF_TRAMPOLINE) \
+    && !defined(Py_GIL_DISABLED)
+#  define STACKS_SUPPORTED
+#endif
+
+#ifdef WITH_DTRACE
+
+/* The marker's only site.  Nothing calls it: tracers arm the marker for its
+ * semaphore, which _PyDTrace_StacksArmed() reads.  'used' keeps the
+ * function, and with it the marker's note, through LTO. */
+static __attribute__((used)) void
+stacks_enable_site(void)
+{
+    PyDTrace_STACKS_ENABLE();
+}
+
+int
+_PyDTrace_StacksArmed(void)
+{
+    return PyDTrace_STACKS_ENABLE_ENABLED() != 0;
+}
+
+#endif  /* WITH_DTRACE */
+
+#ifdef STACKS_SUPPORTED
+
+/* Guarded by the main interpreter's GIL: every function below runs in a
+ * thread of the main interpreter that holds it. */
+static struct {
+    /* The trampoline is on only because the marker is armed. */
+    int owned;
+    /* perf_trampoline.c's frame evaluator, as seen when it was first on. */
+    _PyFrameEvalFunction evaluator;
+} stacks;
+
+/* The perf map entry of one trampoline: "py::QUALNAME:FILENAME", the names
+ * -X perf writes, but converted without allocating or raising (upstream's
+ * writer uses PyUnicode_AsUTF8(), which caches a UTF-8 copy in each str and
+ * raises for lone surrogates). */
+static void
+write_entry(void *Py_UNUSED(state), const void *code_addr,
+            unsigned int code_size, PyCodeObject *co)
+{
+    char qualbuf[1024];
+    char filebuf[PATH_MAX];
+    char entry[sizeof(qualbuf) + sizeof(filebuf) + 8];
+    const char *qualname = _PyDTrace_StrAsUTF8(co->co_qualname, qualbuf,
+                                               sizeof(qualbuf));
+    const char *filename = _PyDTrace_StrAsUTF8(co->co_filename, filebuf,
+                                               sizeof(filebuf));
+    (void)snprintf(entry, sizeof(entry), "py::%s:%s", qualname, filename);
+    (void)PyUnstable_WritePerfMapEntry(code_addr, code_size, entry);
+}
+
+static int
+writes_perf_map(void)
+{
+    _PyPerf_Callbacks cur;
+    _PyPerfTrampoline_GetCallbacks(&cur);
+    return (cur.write_state == write_entry
+            || cur.write_state == _Py_perfmap_callbacks.write_state);
+}
+
+static void
+stacks_on(PyInterpreterState *interp)
+{
+    if (stacks.owned || interp->eval_frame != NULL) {
+        /* Ours already, the program's, or another PEP 523 evaluator's. */
+        return;
+    }
+    if (stacks.evaluator != NULL
+        && _PyRuntime.ceval.perf.status == PERF_STATUS_OK)
+    {
+        /* Turned off by stacks_off() only: everything is still set up. */
+        interp->eval_frame = stacks.evaluator;
+        stacks.owned = 1;
+        return;
+    }
+    PyObject *exc = PyErr_GetRaisedException();
+    if (!writes_perf_map()) {
+        _PyPerf_Callbacks callbacks = _Py_perfmap_callbacks;
+        callbacks.write_state = write_entry;
+        (void)_PyPerfTrampoline_SetCallbacks(&callbacks);
+    }
+    if (_PyPerfTrampoline_Init(1) < 0) {
+        PyErr_Clear();
+        interp->eval_frame = NULL;
+    }
+    else {
+        stacks.evaluator = interp->eval_frame;
+        stacks.owned = 1;
+    }
+    PyErr_SetRaisedException(exc);
+}
+
+static void
+stacks_off(PyInterpreterState *interp)
+{
+    if (!stacks.owned) {
+        return;
+    }
+    if (interp->eval_frame == stacks.evaluator) {
+        interp->eval_frame = NULL;
+    }
+    stacks.owned = 0;
+}
+
+void
+_PyDTrace_StacksApply(PyThreadState *tstate, int armed)
+{
+    PyInterpreterState *interp = tstate->interp;
+    if (!_Py_IsMainInterpreter(interp)) {
+        return;
+    }
+    if (armed) {
+        stacks_on(interp);
+    }
+    else {
+        stacks_off(interp);
+    }
+}
+
+int
+_PyDTrace_StacksActivate(PyThreadState *tstate, const char *backend)
+{
+    if (!_Py_IsMainInterpreter(tstate->interp) || !stacks.owned
+        || strcmp(backend, "perf") != 0)
+    {
+        return 0;
+    }
+    /* The program takes over the perf-map trampoline the marker keeps on:
+     * it stays on after the tracer leaves. */
+    stacks.owned = 0;
+    return 1;
+}
+
+int
+_PyDTrace_StacksDeactivate(PyThreadState *tstate)
+{
+    PyInterpreterState *interp = tstate->interp;
+    if (!_Py_IsMainInterpreter(interp)) {
+        return 0;
+    }
+    if (stacks.owned) {
+        /* Already off as far as the program can tell. */
+        return 1;
+    }
+    if (!_PyDTrace_StacksArmed() || !_PyIsPerfTrampolineActive()) {
+        return 0;
+    }
+    if (writes_perf_map()) {
+        /* Off for the program, on for the tracer. */
+        stacks.evaluator = interp->eval_frame;
+        stacks.owned = 1;
+        return 1;
+    }
+    /* The program's trampoline writes no perf map (perf_jit): replace it
+     * with the marker's.  _PyPerfTrampoline_Init(0) cannot fail while the
+     * trampoline is the evaluator. */
+    (void)_PyPerfTrampoline_Init(0);
+    stacks_on(interp);
+    return 1;
+}
+
+int
+_PyDTrace_StacksHidden(PyThreadState *tstate)
+{
+    return _Py_IsMainInterpreter(tstate->interp) && stacks.owned;
+}
+
+#elif defined(WITH_DTRACE)
+
+void
+_PyDTrace_StacksApply(PyThreadState *Py_UNUSED(tstate), int Py_UNUSED(armed))
+{
+}
+
+int
+_PyDTrace_StacksActivate(PyThreadState *Py_UNUSED(tstate),
+                         const char *Py_UNUSED(backend))
+{
+    return 0;
+}
+
+int
+_PyDTrace_StacksDeactivate(PyThreadState *Py_UNUSED(tstate))
+{
+    return 0;
+}
+
+int
+_PyDTrace_StacksHidden(PyThreadState *Py_UNUSED(tstate))
+{
+    return 0;
+}
+
+#endif  /* STACKS_SUPPORTED */
