@@ -17,7 +17,8 @@ export SERIES
 
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
-	patch-queue patch-export bench bench-quick bench-watcher demo
+	patch-queue patch-export bench bench-quick bench-watcher \
+	bench-stacks demo
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -101,15 +102,25 @@ patch-export:
 	tools/patch-queue export
 
 # Benchmarks (docs/performance.md): (A) pristine without --with-dtrace,
-# (B) pristine with it, both built by the same driver and flags as (C) ours.
+# (B) pristine with it, both built by the same driver and flags as (C) ours,
+# frame pointers included; (U) pristine built the upstream way, without
+# dtrace or frame pointers, for the cost of the frame pointers.
 $(B)/bench-nodtrace/python: $(B)/stamps/prepare tools/configure
 	DTRACE=no PREFIX=$(PREFIX) tools/configure $(B)/bench-nodtrace $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/bench-nodtrace -j$(NPROC)
 
-BENCH_PYTHONS = --python A=$(B)/bench-nodtrace/python \
-	--python B=$(B)/pristine-obj/python --python C=$(B)/obj/python
+$(B)/bench-upstream/python: $(B)/stamps/prepare tools/configure
+	DTRACE=no FRAME_POINTERS=no PREFIX=$(PREFIX) \
+		tools/configure $(B)/bench-upstream $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/bench-upstream -j$(NPROC)
 
-bench: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
+BENCH_BUILDS = $(B)/bench-nodtrace/python $(B)/pristine-obj/python \
+	$(B)/bench-upstream/python
+BENCH_PYTHONS = --python A=$(B)/bench-nodtrace/python \
+	--python B=$(B)/pristine-obj/python --python C=$(B)/obj/python \
+	--python U=$(B)/bench-upstream/python
+
+bench: build $(BENCH_BUILDS)
 	tools/deps bench
 	/usr/bin/python3.11 bench/run.py $(BENCH_PYTHONS) \
 		--out-json docs/performance.json --out-md docs/performance.md \
@@ -119,8 +130,14 @@ bench: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
 bench-watcher: build
 	/usr/bin/python3.11 bench/watcher.py $(B)/obj/python --out-md docs/watcher.md
 
+# Call speed before, while and after a tracer arms python:stacks__enable,
+# over arm/disarm cycles in one process (docs/stacks.md).
+bench-stacks: build
+	/usr/bin/python3.11 bench/stacks.py $(B)/obj/python \
+		--out-md docs/stacks.md --out-json docs/stacks.json
+
 # Quick mode for development: fewer workloads and rounds; writes to build/.
-bench-quick: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
+bench-quick: build $(BENCH_BUILDS)
 	tools/deps bench
 	mkdir -p $(B)/bench-quick
 	/usr/bin/python3.11 bench/run.py --quick $(BENCH_PYTHONS) \
@@ -130,6 +147,7 @@ bench-quick: build $(B)/bench-nodtrace/python $(B)/pristine-obj/python
 
 clean:
 	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/bench-nodtrace \
+		$(B)/bench-upstream \
 		$(B)/stage $(B)/stamps
 
 distclean:
