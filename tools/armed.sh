@@ -18,6 +18,10 @@
 #                          dies on anything else.
 #   arm_stop               dies unless bpftrace is still running and every
 #                          probe fired; stops it and logs the hit counts.
+#                          The marker stacks__enable never fires: the proof
+#                          that it was armed is the perf maps the armed
+#                          processes wrote (/tmp/perf-PID.map, naming the
+#                          interpreter's Lib/); they are counted and removed.
 
 ARM_PID=
 ARM_DIR=
@@ -57,9 +61,28 @@ arm_firing_probes() {
     awk '!/^#/ && NF && $2 != "marker" { print $1 }' "$TOP/tests/probes.txt"
 }
 
+# The perf maps that processes of $ARM_PYTHON wrote since arm_start, for
+# stacks__enable: counted, then removed (the interpreter never removes
+# them).  Maps of processes still alive are left alone.
+arm_perf_maps() {
+    local lib map pid maps=0
+    lib=$("$ARM_PYTHON" -c 'import os; print(os.path.dirname(os.__file__))')
+    for map in $(find /tmp -maxdepth 1 -name 'perf-*.map' -newer "$ARM_DIR/since"); do
+        pid=${map#/tmp/perf-}; pid=${pid%.map}
+        [ ! -e "/proc/$pid" ] || continue
+        grep -qF ":$lib/" "$map" || continue
+        maps=$((maps + 1))
+        rm -f "$map"
+    done
+    log "armed: stacks__enable: $maps processes wrote a perf map (removed)"
+    [ "$maps" -gt 0 ] ||
+        die "stacks__enable armed, but no process of $ARM_PYTHON wrote a perf map"
+}
+
 arm_start() {
     local python=$1 dir=$2 probe errors
-    ARM_DIR=$dir ARM_SKIP=
+    ARM_DIR=$dir ARM_SKIP= ARM_PYTHON=$python
+    touch "$dir/since"
     mkdir -p "$dir"
     rm -f "$dir/bpftrace.out" "$dir/bpftrace.err"
     case $python in
@@ -169,6 +192,7 @@ $(arm_errors "$dir/bpftrace.err")"
         [ "${count:-0}" -gt 0 ] || missing+=("$probe")
     done < <(arm_firing_probes)
     log "armed: hits ${counts[*]}"
+    arm_perf_maps
     [ ${#missing[@]} -eq 0 ] ||
         die "probes armed but never fired during the run: ${missing[*]} (bpftrace output: $dir/bpftrace.out)"
 }
