@@ -2,10 +2,11 @@
 """cpython-usdt benchmark driver.
 
 Compares three interpreters -- A (pristine, no dtrace), B (pristine --with-dtrace),
-C (cpython-usdt) -- in one run:
+C (cpython-usdt), all three with frame pointers -- and optionally a fourth, U (pristine
+built the upstream way: no dtrace, no frame pointers), in one run:
 
   1. instruction counts of every workload under valgrind/cachegrind (deterministic),
-  2. interleaved wall-time rounds A,B,C,A,B,C,...,
+  2. interleaved wall-time rounds A,B,C[,U],A,B,C[,U],...,
   3. armed probe cost with bpftrace, one case per group of probes and workload
      (ARMED_CASES), against the floor of a minimal semaphore-gated USDT probe
      (floor/sdt_floor), and the interpreter's own cost per hit without the trap (gdb).
@@ -38,11 +39,13 @@ REPO = os.path.dirname(HERE)
 WORKLOAD_DIR = os.path.join(HERE, "workloads")
 FLOOR_DIR = os.path.join(HERE, "floor")
 FLOOR_BIN = os.path.join(FLOOR_DIR, "sdt_floor")
-ROLES = ("A", "B", "C")
+ROLES = ("A", "B", "C")          # required
+OPTIONAL_ROLES = ("U",)          # only in instructions and wall time, never armed
 ROLE_DESC = {
     "A": "pristine 3.13.5, no --with-dtrace",
     "B": "pristine 3.13.5, --with-dtrace (stock)",
     "C": "cpython-usdt",
+    "U": "pristine 3.13.5, the upstream way: no --with-dtrace, no frame pointers",
 }
 
 ALL_WORKLOADS = [
@@ -59,6 +62,11 @@ TARGET_INSTR_GEOMEAN = 0.003      # C/A <= +0.3 % geomean
 TARGET_INSTR_MAX = 0.01           # no workload above +1 %
 TARGET_WALL = 0.01                # wall C/A within 1 %
 TARGET_ARMED_NS = 50.0            # interpreter share per hit above the floor
+BOUND_FRAME_POINTERS = 0.02       # PEP 831 accepted frame pointers under 2 % geomean
+# Fewer wall rounds than this (quick mode has 3) leave a bootstrap over rounds too few
+# distinct resamples: a test run with U = A (one binary) and 2 rounds gave A/U a 95 %
+# interval of [+3.7 %, +19.7 %].  Such runs report the frame pointers' wall time, unjudged.
+MIN_ROUNDS_JUDGED = 5
 
 MODES = {
     "full": dict(workloads=ALL_WORKLOADS, cg_scale=0.05, wall_scale=1.0, rounds=8,
@@ -125,6 +133,11 @@ def base_env(role, scale, extra=None):
 
 def pycache_prefix(role):
     return os.path.join(PYCACHE_ROOT, role)
+
+
+def present_roles(d):
+    """The roles that have an entry in d (interpreters, counts, samples), in order."""
+    return tuple(r for r in ROLES + OPTIONAL_ROLES if r in d)
 
 
 def workload_path(name):
@@ -248,7 +261,7 @@ def cachegrind_one(role, interp, script, scale):
 
 def measure_instructions(interps, workloads, scale, jobs):
     """Returns {role: {workload: count}} plus a repeat run of A ('A_repeat') for noise."""
-    runs = [("A", "A"), ("B", "B"), ("C", "C"), ("A_repeat", "A")]
+    runs = [(r, r) for r in present_roles(interps)] + [("A_repeat", "A")]
     names = ["startup"] + workloads
     tasks = []
     for label, role in runs:          # label-major: neighbours are different workloads
@@ -312,7 +325,7 @@ def warmup(interps, workloads):
     runs (test suites, other tools) differ between interpreters and shift the
     unmarshalling cost by up to 1 %.  Every interpreter therefore gets a fresh
     PYTHONPYCACHEPREFIX, filled by one sequential compileall of its stdlib."""
-    for role in ROLES:
+    for role in present_roles(interps):
         prefix = pycache_prefix(role)
         shutil.rmtree(prefix, ignore_errors=True)
         env = base_env(role, 0.01)
@@ -332,19 +345,20 @@ def warmup(interps, workloads):
 
 
 def measure_wall(interps, workloads, scale, rounds):
+    roles = present_roles(interps)
     res = {}
     total = len(workloads) * rounds
     k = 0
     for name in workloads:
         script = workload_path(name)
         samples = {r: {"region_ns": [], "process_ns": [], "checksum": None, "order": []}
-                   for r in ROLES}
-        for role in ROLES:      # one discarded warm round (page cache, CPU frequency)
+                   for r in roles}
+        for role in roles:      # one discarded warm round (page cache, CPU frequency)
             timed_run(role, interps[role], script, scale)
         for rnd in range(rounds):
             # interleaved; the order is rotated every round (ABC, BCA, CAB, ...) so that no
             # interpreter always runs first/last and position effects cancel out
-            order = ROLES[rnd % 3:] + ROLES[:rnd % 3]
+            order = roles[rnd % len(roles):] + roles[:rnd % len(roles)]
             for pos, role in enumerate(order):
                 region, proc, chk = timed_run(role, interps[role], script, scale)
                 s = samples[role]
@@ -354,9 +368,10 @@ def measure_wall(interps, workloads, scale, rounds):
                 s["checksum"] = chk
             k += 1
         res[name] = samples
-        med = {r: statistics.median(samples[r]["region_ns"]) for r in ROLES}
+        med = {r: statistics.median(samples[r]["region_ns"]) for r in roles}
+        a_u = f" A/U={med['A'] / med['U']:.4f}" if "U" in med else ""
         log(f"wall {name:15s} A={med['A'] / 1e6:8.1f}ms B/A={med['B'] / med['A']:.4f} "
-            f"C/A={med['C'] / med['A']:.4f} ({k}/{total} rounds)")
+            f"C/A={med['C'] / med['A']:.4f}{a_u} ({k}/{total} rounds)")
     return res
 
 
@@ -697,18 +712,18 @@ def repeat_noise(data, w, st):
     return (max(net) - min(net)) / min(net)
 
 
-def bootstrap_ci(samples, workloads, role, n_boot=2000, seed=12345):
-    """95 % percentile-bootstrap interval of geomean_w(median(role)/median(A)).
+def bootstrap_ci(samples, workloads, role, base="A", n_boot=2000, seed=12345):
+    """95 % percentile-bootstrap interval of geomean_w(median(role)/median(base)).
 
-    Rounds are resampled with replacement per workload, keeping role and A of the same
-    round together (they ran back to back).  Deterministic (fixed seed)."""
+    Rounds are resampled with replacement per workload, keeping role and base of the
+    same round together (they ran in one interleaved round).  Deterministic (fixed seed)."""
     import random
     rng = random.Random(seed)
     stats = []
     for _ in range(n_boot):
         logs = []
         for w in workloads:
-            a = samples[w]["A"]["region_ns"]
+            a = samples[w][base]["region_ns"]
             x = samples[w][role]["region_ns"]
             idx = [rng.randrange(len(a)) for _ in a]
             logs.append(math.log(statistics.median(x[i] for i in idx) /
@@ -737,6 +752,9 @@ def analyze(data):
             "net_C_B": net["C"] / net["B"],
             "repeat_noise": repeat_noise(data, w, st),
         })
+        if "U" in g:
+            rows[-1].update({"U": g["U"], "net_A_U": net["A"] / net["U"],
+                             "net_C_U": net["C"] / net["U"]})
     wl_rows = [r for r in rows if r["workload"] != "startup"]
     instr = {
         "rows": rows,
@@ -749,19 +767,24 @@ def analyze(data):
     wall_rows = []
     for w in workloads:
         s = data["wall"]["samples"][w]
-        med = {r: statistics.median(s[r]["region_ns"]) for r in ROLES}
+        roles = present_roles(s)
+        med = {r: statistics.median(s[r]["region_ns"]) for r in roles}
         spread_a = (max(s["A"]["region_ns"]) - min(s["A"]["region_ns"])) / med["A"]
         wall_rows.append({
             "workload": w,
-            **{f"{r}_median_ns": med[r] for r in ROLES},
-            **{f"{r}_min_ns": min(s[r]["region_ns"]) for r in ROLES},
-            **{f"{r}_max_ns": max(s[r]["region_ns"]) for r in ROLES},
+            **{f"{r}_median_ns": med[r] for r in roles},
+            **{f"{r}_min_ns": min(s[r]["region_ns"]) for r in roles},
+            **{f"{r}_max_ns": max(s[r]["region_ns"]) for r in roles},
             "C_A": med["C"] / med["A"], "B_A": med["B"] / med["A"],
             "C_A_min": min(s["C"]["region_ns"]) / min(s["A"]["region_ns"]),
             "B_A_min": min(s["B"]["region_ns"]) / min(s["A"]["region_ns"]),
             "A_spread": spread_a,
-            "checksums_agree": len({s[r]["checksum"] for r in ROLES}) == 1,
+            "checksums_agree": len({s[r]["checksum"] for r in roles}) == 1,
         })
+        if "U" in med:
+            wall_rows[-1].update({
+                "A_U": med["A"] / med["U"], "C_U": med["C"] / med["U"],
+                "U_spread": (max(s["U"]["region_ns"]) - min(s["U"]["region_ns"])) / med["U"]})
     wall = {
         "rows": wall_rows,
         "geomean_C_A": geomean([r["C_A"] for r in wall_rows]),
@@ -770,7 +793,69 @@ def analyze(data):
         "geomean_B_A_ci95": bootstrap_ci(data["wall"]["samples"], workloads, "B"),
         "median_A_spread": statistics.median(r["A_spread"] for r in wall_rows),
     }
-    return {"instructions": instr, "wall": wall, "verdict": verdict(instr, wall, data.get("armed"))}
+    out = {"instructions": instr, "wall": wall, "verdict": verdict(instr, wall, data.get("armed"))}
+    if "U" in ins and all("U" in data["wall"]["samples"][w] for w in workloads):
+        out["frame_pointers"] = frame_pointers(instr, wall, data["wall"]["samples"], workloads)
+    return out
+
+
+def frame_pointers(instr, wall, samples, workloads):
+    """Ratios against U (no frame pointers) and their verdicts against the PEP 831 bound:
+    A/U is the frame pointers' own cost (same pristine source, with vs without them),
+    C/U this project's whole build against upstream's default build."""
+    wl_rows = [r for r in instr["rows"] if r["workload"] != "startup"]
+    fp = {"bound": BOUND_FRAME_POINTERS,
+          "median_U_spread": statistics.median(r["U_spread"] for r in wall["rows"]),
+          "rounds": min(len(samples[w]["U"]["region_ns"]) for w in workloads),
+          "pairs": [], "verdict": []}
+    for role in ("A", "C"):
+        key = f"{role}_U"
+        worst = max(wl_rows, key=lambda r: r["net_" + key])
+        pair = {"ratio": key,
+                "geomean_instr_net": geomean([r["net_" + key] for r in wl_rows]),
+                "worst_instr": [worst["workload"], worst["net_" + key]],
+                "geomean_wall": geomean([r[key] for r in wall["rows"]]),
+                "geomean_wall_ci95": bootstrap_ci(samples, workloads, role, base="U")}
+        fp["pairs"].append(pair)
+        fp["verdict"] += frame_pointers_verdict(pair, wall["median_A_spread"],
+                                                fp["median_U_spread"], fp["rounds"])
+    return fp
+
+
+def frame_pointers_verdict(pair, spread_a, spread_u, rounds):
+    """Wall time is judged by its 95 % interval like C/A; instructions only as a proxy."""
+    name, bound = pair["ratio"].replace("_", "/"), BOUND_FRAME_POINTERS
+    g = pair["geomean_wall"] - 1
+    lo, hi = (x - 1 for x in pair["geomean_wall_ci95"])
+    if rounds < MIN_ROUNDS_JUDGED:
+        met = None
+        miss = (f"inconclusive: only {rounds} rounds; a bootstrap over fewer than "
+                f"{MIN_ROUNDS_JUDGED} rounds is too coarse to judge {name} by, so neither "
+                "the point estimate nor the interval is evidence either way")
+    elif hi < bound:
+        met, miss = True, None
+    elif lo >= bound:
+        met, miss = False, f"missed by {(g - bound) * 100:.2f} percentage points"
+    else:
+        met = None
+        miss = (f"inconclusive: the 95 % interval [{lo * 100:+.2f} %, {hi * 100:+.2f} %] "
+                f"contains +{bound * 100:.0f} %, so this run can neither show {name} under "
+                "the bound nor rule it out; more rounds or a quieter machine are needed")
+    v = [{"target": f"frame pointers, wall time {name} < +{bound * 100:.0f} % geomean "
+                    "(PEP 831 bound)",
+          "value": f"{g * 100:+.2f} % geomean, 95 % CI [{lo * 100:+.2f} %, {hi * 100:+.2f} %] "
+                   f"(median run-to-run spread: A {spread_a * 100:.1f} %, "
+                   f"U {spread_u * 100:.1f} %)",
+          "met": met, "miss": miss}]
+    gi = pair["geomean_instr_net"] - 1
+    w, wr = pair["worst_instr"]
+    v.append({"target": f"frame pointers, instructions {name} (net) < +{bound * 100:.0f} % "
+                        "geomean (a proxy only, not what PEP 831 measured)",
+              "value": f"{gi * 100:+.3f} % geomean; worst {w} {(wr - 1) * 100:+.3f} %",
+              "met": gi < bound,
+              "miss": None if gi < bound else
+              f"missed by {(gi - bound) * 100:.3f} percentage points"})
+    return v
 
 
 def verdict(instr, wall, armed):
@@ -885,7 +970,7 @@ def render_md(data, json_rel, png_rel):
     L.append("")
     L.append("| role | interpreter | version | configure args |")
     L.append("|---|---|---|---|")
-    for r in ROLES:
+    for r in present_roles(m["interpreters"]):
         i = m["interpreters"][r]
         L.append(f"| {r} | `{rel(i['path'])}` ({i['description']}) | {i['version']} | "
                  f"`{i.get('config_args') or ''}` |")
@@ -911,8 +996,10 @@ def render_md(data, json_rel, png_rel):
              f"{pct(ins['geomean_gross_C_A'], 3)} | {pct(ins['geomean_gross_B_A'], 3)} | |")
     L.append("")
     w = a["wall"]
+    roles = present_roles(m["interpreters"])
+    orders = " / ".join(",".join(roles[k:] + roles[:k]) for k in range(len(roles)))
     L.append("## Unarmed wall time\n")
-    L.append(f"`BENCH_SCALE={c['wall_scale']}`, {c['rounds']} rounds after one discarded warm round, interleaved A,B,C / B,C,A / C,A,B ... (order rotated every round). "
+    L.append(f"`BENCH_SCALE={c['wall_scale']}`, {c['rounds']} rounds after one discarded warm round, interleaved {orders} ... (order rotated every round). "
              "Time is the workload's timed region (`time.perf_counter_ns`, excludes start-up); "
              "whole-process times are in the JSON.  Ratio = median/median, "
              "[min–max] = the interpreter's own sample range; the geomean's 95 % interval comes "
@@ -936,6 +1023,8 @@ def render_md(data, json_rel, png_rel):
              f"**{pct(w['geomean_C_A'])}**{ci_c} | | "
              f"median {w['median_A_spread'] * 100:.1f} % | |")
     L.append("")
+    if "frame_pointers" in a:
+        L.extend(render_frame_pointers(a, c))
     L.append("## Armed probe cost (bpftrace)\n")
     ar = data.get("armed") or {}
     if not ar.get("available"):
@@ -994,20 +1083,7 @@ def render_md(data, json_rel, png_rel):
     L.append("## Verdict\n")
     L.append("| target | measured | result |")
     L.append("|---|---|---|")
-    for t in a["verdict"]:
-        miss = t["miss"] or ""
-        if t["met"]:
-            res = "met"
-        elif t["met"] is None and miss.startswith("inconclusive: "):
-            res, miss = "**INCONCLUSIVE**", miss[len("inconclusive: "):]
-        elif t["met"] is None:
-            res = "**not evaluated**"
-        else:
-            res = "**MISSED**"
-        if miss:
-            res += f": {miss}"
-        cells = [x.replace("|", "\\|") for x in (t["target"], t["value"], res)]
-        L.append("| " + " | ".join(cells) + " |")
+    L.extend(verdict_row(t) for t in a["verdict"])
     L.append("")
     if os.path.exists(ANALYSIS):
         # Hand-written: why a target is missed, and what the numbers mean.
@@ -1019,6 +1095,75 @@ def render_md(data, json_rel, png_rel):
     L.append("## Raw data\n")
     L.append(f"All raw samples, interpreter versions and configuration: [`{json_rel}`]({json_rel}).\n")
     return "\n".join(L) + "\n"
+
+
+def verdict_row(t):
+    """One Markdown row of a verdict table: target | measured | result."""
+    miss = t["miss"] or ""
+    if t["met"]:
+        res = "met"
+    elif t["met"] is None and miss.startswith("inconclusive: "):
+        res, miss = "**INCONCLUSIVE**", miss[len("inconclusive: "):]
+    elif t["met"] is None:
+        res = "**not evaluated**"
+    else:
+        res = "**MISSED**"
+    if miss:
+        res += f": {miss}"
+    cells = [x.replace("|", "\\|") for x in (t["target"], t["value"], res)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_frame_pointers(a, c):
+    """Markdown lines of the "Frame pointers" section (only when U was measured)."""
+    fp = a["frame_pointers"]
+    bound = f"+{fp['bound'] * 100:.0f} %"
+    L = ["## Frame pointers\n"]
+    L.append("A, B and C are built with frame pointers (`-fno-omit-frame-pointer "
+             "-mno-omit-leaf-frame-pointer`, `FRAME_POINTERS` in `tools/configure`); U is "
+             "pristine 3.13.5 built the upstream way, without `--with-dtrace` and without "
+             "frame pointers, and ran in the same cachegrind phase and the same interleaved "
+             "wall-time rounds.  *A/U* is the frame pointers' own cost (same pristine source, "
+             "with vs without them); *C/U* is this project's whole build (probes, "
+             "`--with-dtrace` and frame pointers) against upstream's default build.  "
+             f"PEP 831 accepted frame pointers at under 2 % geomean: wall time counts as under "
+             f"{bound} only if the whole 95 % interval (bootstrap over rounds, U and the other "
+             f"interpreter of one round kept together) is below {bound}, as over it only if the "
+             "whole interval is at or above it, else inconclusive; with fewer than "
+             f"{MIN_ROUNDS_JUDGED} rounds (quick mode) it is not judged.  Wall time on this VM is "
+             "noisy (run-to-run spread in the last column and in the wall-time table), and the "
+             "interval only covers the noise within this run.  The instruction counts "
+             f"(*net*, `BENCH_SCALE={c['cg_scale']}`, the same runs as above) are repeatable "
+             "but only a proxy: frame pointers take `rbp` away from the register allocator, "
+             "and the extra spills and reloads cost more time than their instruction count "
+             "suggests.  This VM has no cycle counter (`perf stat -e cycles`: not supported), "
+             "so there is no cycles figure.\n")
+    L.append("| workload | U instr | instr A/U | instr C/U | U median [min–max] ms "
+             "| wall A/U | wall C/U | U spread |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    wall = {r["workload"]: r for r in a["wall"]["rows"]}
+    for r in a["instructions"]["rows"]:
+        wr = wall.get(r["workload"])
+        cells = ["", "", "", ""]
+        if wr:
+            cells = [f"{wr['U_median_ns'] / 1e6:.1f} [{wr['U_min_ns'] / 1e6:.1f}–"
+                     f"{wr['U_max_ns'] / 1e6:.1f}]", pct(wr["A_U"]), pct(wr["C_U"]),
+                     f"{wr['U_spread'] * 100:.1f} %"]
+        L.append(f"| {r['workload']} | {r['U']:,} | {pct(r['net_A_U'], 3)} | "
+                 f"{pct(r['net_C_U'], 3)} | " + " | ".join(cells) + " |")
+    ga, gc = fp["pairs"]
+    ci = {p["ratio"]: " [" + ", ".join(pct(x) for x in p["geomean_wall_ci95"]) + "]"
+          for p in fp["pairs"]}
+    L.append(f"| **geomean** (workloads) [95 % CI] | | **{pct(ga['geomean_instr_net'], 3)}** | "
+             f"**{pct(gc['geomean_instr_net'], 3)}** | | **{pct(ga['geomean_wall'])}**"
+             f"{ci['A_U']} | **{pct(gc['geomean_wall'])}**{ci['C_U']} | "
+             f"median {fp['median_U_spread'] * 100:.1f} % |")
+    L.append("")
+    L.append("| bound | measured | result |")
+    L.append("|---|---|---|")
+    L.extend(verdict_row(t) for t in fp["verdict"])
+    L.append("")
+    return L
 
 
 def armed_notes(cases):
@@ -1125,7 +1270,8 @@ def write_outputs(data, args):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", action="append", default=[], metavar="ROLE=PATH",
-                   help="interpreter for role A, B or C (give all three)")
+                   help="interpreter for role A, B or C (give all three), and optionally "
+                        "U (pristine without frame pointers)")
     p.add_argument("--out-json", default=os.path.join(HERE, "results", "results.json"))
     p.add_argument("--out-md", default=None, help="Markdown report, e.g. docs/performance.md")
     p.add_argument("--out-png", default=None)
@@ -1152,16 +1298,16 @@ def main(argv=None):
     interps = {}
     for spec in args.python:
         role, _, path = spec.partition("=")
-        if role not in ROLES or not path:
-            sys.exit(f"bad --python {spec!r}; expected A=PATH, B=PATH or C=PATH")
+        if role not in ROLES + OPTIONAL_ROLES or not path:
+            sys.exit(f"bad --python {spec!r}; expected A=PATH, B=PATH, C=PATH or U=PATH")
         path = os.path.abspath(path)
         if not os.access(path, os.X_OK):
             sys.exit(f"interpreter {path} not executable")
         if " " in path:
             sys.exit("interpreter path must not contain spaces (bpftrace -c splits on spaces)")
         interps[role] = path
-    if set(interps) != set(ROLES):
-        sys.exit("need --python A=... --python B=... --python C=...")
+    if not set(ROLES) <= set(interps):
+        sys.exit("need --python A=... --python B=... --python C=... (U=... optional)")
     mode = "quick" if args.quick else "full"
     cfg = dict(MODES[mode])
     if args.workloads:
@@ -1207,7 +1353,8 @@ def main(argv=None):
     if "instructions" in data and "wall" in data:
         data["analysis"] = analyze(data)
     write_outputs(data, args)
-    for t in data.get("analysis", {}).get("verdict", []):
+    an = data.get("analysis", {})
+    for t in an.get("verdict", []) + an.get("frame_pointers", {}).get("verdict", []):
         log(f"verdict: {'MET ' if t['met'] else ('N/A ' if t['met'] is None else 'MISS')} "
             f"{t['target']}: {t['value']}{' — ' + t['miss'] if t['miss'] else ''}")
     log(f"done in {data['duration_s']:.0f} s")
