@@ -393,6 +393,43 @@ def case_stack_trampoline():
         fail()
     except KeyError:
         said.append(traceback.format_exc().splitlines()[-2].strip())
+    # A tool's C_RETURN events: none for Python functions, which the
+    # trampoline keeps from being inlined.
+    mon = sys.monitoring
+    seen = []
+    mon.use_tool_id(3, "invisible")
+    mon.register_callback(3, mon.events.C_RETURN,
+                          lambda code, offset, func, arg: seen.append(
+                              getattr(func, "__name__", "?")))
+    mon.set_events(3, mon.events.CALL)
+    work(2)
+    len(said)
+    mon.set_events(3, 0)
+    mon.free_tool_id(3)
+    said.append("c_return %s" % seen)
+
+    # A tracer's events when an awaited coroutine returns (SEND).
+    async def inner():
+        return 1
+
+    async def awaiting():
+        return await inner()
+
+    events = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name in ("inner", "awaiting"):
+            events.append((frame.f_code.co_name, event))
+        return tracer
+
+    coro = awaiting()
+    sys.settrace(tracer)
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        events.append(("value", stop.value))
+    sys.settrace(None)
+    said.append("settrace %s" % events)
     # The program's own calls: activate, then deactivate twice.
     sys.activate_stack_trampoline("perf")
     said.append("activated %s" % sys.is_stack_trampoline_active())
