@@ -82,8 +82,8 @@ arm_perf_maps() {
 arm_start() {
     local python=$1 dir=$2 probe errors
     ARM_DIR=$dir ARM_SKIP= ARM_PYTHON=$python
-    touch "$dir/since"
     mkdir -p "$dir"
+    touch "$dir/since"
     rm -f "$dir/bpftrace.out" "$dir/bpftrace.err"
     case $python in
         /*) ;;
