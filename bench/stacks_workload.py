@@ -1,0 +1,117 @@
+"""The call-heavy loop that bench/stacks.py times with and without a tracer.
+
+usage: stacks_workload.py [ROUND_CALLS] [LIMIT_S]
+
+The main thread runs rounds of ROUND_CALLS (default 20000) calls of
+outer(), which calls plain Python functions three levels deep and methods
+of a small class: about ten Python-to-Python calls per outer(), the calls
+that the perf-map trampoline slows down (each goes through the trampoline,
+and none is inlined).  After each round it writes one line
+
+    round END_NS DURATION_NS
+
+END_NS is time.monotonic_ns() (CLOCK_MONOTONIC, the clock of the driver's
+time.monotonic_ns() too) at the end of the round.  Before the first round
+it writes "ready PID".
+
+Its standard input takes one command per line, read by a second thread:
+
+    mark NAME    calls the function NAME, defined on first use from fresh
+                 source, so that its first call while the trampoline is on
+                 lists "py::NAME:<stacks-mark>" in /tmp/perf-PID.map; then
+                 writes "marked NAME"
+
+The driver uses marks to see whether the trampoline is on: the workload's
+own functions are listed once, at the first arming, and never again.
+When its standard input closes, it finishes the round and exits; SIGALRM
+ends it after LIMIT_S seconds (default 600) whatever the driver does.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+import types
+
+
+class Vec:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def add(self, other):
+        return Vec(self.x + other.x, self.y + other.y)
+
+    def dot(self, other):
+        return self.x * other.x + self.y * other.y
+
+
+def leaf(a, b):
+    return a * 3 + b
+
+
+def inner(i):
+    return leaf(i, 1) + leaf(i, 2)
+
+
+def middle(i):
+    return inner(i) - inner(i + 1)
+
+
+def outer(i, v, w):
+    u = v.add(w)
+    return middle(i) + u.dot(w)
+
+
+def one_round(calls):
+    v = Vec(1, 2)
+    w = Vec(3, 4)
+    total = 0
+    for i in range(calls):
+        total += outer(i, v, w)
+    return total
+
+
+def say(line):
+    # One write(2) per line: below PIPE_BUF, so lines from the two threads
+    # never mix.
+    os.write(1, (line + "\n").encode())
+
+
+def commands(stop):
+    marks = {}
+    for line in sys.stdin:
+        verb, _, name = line.strip().partition(" ")
+        if verb == "mark" and name.isidentifier():
+            if name not in marks:
+                # Only the function's code runs: a module body run by
+                # exec() would be listed in the perf map as well.
+                module = compile("def %s():\n    return 1\n" % name,
+                                 "<stacks-mark>", "exec")
+                code = [c for c in module.co_consts
+                        if isinstance(c, types.CodeType)][0]
+                marks[name] = types.FunctionType(code, {})
+            marks[name]()
+            say("marked %s" % name)
+    stop.set()
+
+
+def main():
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
+    limit = int(sys.argv[2]) if len(sys.argv) > 2 else 600
+    signal.alarm(limit)
+    stop = threading.Event()
+    threading.Thread(target=commands, args=(stop,), daemon=True).start()
+    say("ready %d" % os.getpid())
+    while not stop.is_set():
+        t0 = time.monotonic_ns()
+        one_round(calls)
+        t1 = time.monotonic_ns()
+        say("round %d %d" % (t1, t1 - t0))
+
+
+if __name__ == "__main__":
+    main()
