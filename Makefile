@@ -18,7 +18,7 @@ export SERIES
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export bench bench-quick bench-watcher \
-	bench-stacks demo
+	bench-stacks demo bench-framepointers-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -114,6 +114,33 @@ $(B)/bench-upstream/python: $(B)/stamps/prepare tools/configure
 		tools/configure $(B)/bench-upstream $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/bench-upstream -j$(NPROC)
 
+# The frame pointers' cost where it matters most, in release builds (PGO +
+# LTO, as python.org and the distributions build): pristine without dtrace,
+# with (FP) and without (NOFP) frame pointers; docs/framepointers-release.md.
+$(B)/release-pristine-fp/python: $(B)/stamps/prepare tools/configure
+	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
+		tools/configure $(B)/release-pristine-fp $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/release-pristine-fp -j$(NPROC)
+
+$(B)/release-pristine-nofp/python: $(B)/stamps/prepare tools/configure
+	DTRACE=no FRAME_POINTERS=no OPTIMIZE=release PREFIX=$(PREFIX) \
+		tools/configure $(B)/release-pristine-nofp $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/release-pristine-nofp -j$(NPROC)
+
+# Instructions and wall time only (the armed phase needs dtrace); A, B and
+# C are the same frame-pointer build, so only the Frame pointers section
+# (A/U) means anything.
+bench-framepointers-release: $(B)/release-pristine-fp/python \
+		$(B)/release-pristine-nofp/python
+	tools/deps bench
+	/usr/bin/python3.11 bench/run.py --skip armed \
+		--python A=$(B)/release-pristine-fp/python \
+		--python B=$(B)/release-pristine-fp/python \
+		--python C=$(B)/release-pristine-fp/python \
+		--python U=$(B)/release-pristine-nofp/python \
+		--out-json docs/framepointers-release.json \
+		--out-md docs/framepointers-release.md
+
 BENCH_BUILDS = $(B)/bench-nodtrace/python $(B)/pristine-obj/python \
 	$(B)/bench-upstream/python
 BENCH_PYTHONS = --python A=$(B)/bench-nodtrace/python \
@@ -147,7 +174,7 @@ bench-quick: build $(BENCH_BUILDS)
 
 clean:
 	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/bench-nodtrace \
-		$(B)/bench-upstream \
+		$(B)/bench-upstream $(B)/release-pristine-fp $(B)/release-pristine-nofp \
 		$(B)/stage $(B)/stamps
 
 distclean:
