@@ -75,6 +75,12 @@ arm_perf_maps() {
         rm -f "$map"
     done
     log "armed: stacks__enable: $maps processes wrote a perf map (removed)"
+    if [ "$("$ARM_PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("Py_GIL_DISABLED"))')" = 1 ]; then
+        # The marker does nothing in the free-threaded build.
+        [ "$maps" -eq 0 ] ||
+            die "stacks__enable wrote perf maps in a free-threaded build"
+        return
+    fi
     [ "$maps" -gt 0 ] ||
         die "stacks__enable armed, but no process of $ARM_PYTHON wrote a perf map"
 }
