@@ -51,7 +51,12 @@ $(B)/stamps/prefix: FORCE
 	@mkdir -p $(@D)
 	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
 
+# sys.version names build/src's tag and commit (tools/prepare), compiled
+# into Modules/getbuildinfo.o, which CPython rebuilds only when an object
+# changes: rebuild it whenever build/src moves.
 build: deps $(B)/obj/Makefile
+	if [ $(B)/stamps/prepare -nt $(B)/obj/Modules/getbuildinfo.o ]; then \
+		rm -f $(B)/obj/Modules/getbuildinfo.o; fi
 	$(MAKE) -C $(B)/obj -j$(NPROC)
 
 # The README's test command: build facts, our tests, test_dtrace and a

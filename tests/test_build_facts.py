@@ -1,9 +1,21 @@
 """Tier 1: facts about the built interpreter itself."""
 
 import collections
+import os
+import re
 import unittest
 
-from support import PYTHON, promised_probes, run, stapsdt_notes
+from support import PYTHON, TOP, promised_probes, run, stapsdt_notes
+
+FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
+                       "-mno-omit-leaf-frame-pointer")
+
+
+def pinned_release():
+    """RELEASE= of the upstream pin: this build's own version."""
+    with open(os.path.join(TOP, "upstream",
+                           os.environ.get("SERIES", "3.13"))) as f:
+        return re.search(r"^RELEASE=(\S+)$", f.read(), re.M).group(1)
 
 # Extension modules a complete standard library has on Debian, with the
 # package that provides what they need (tools/deps installs them).
@@ -46,6 +58,37 @@ class BuildFactsTest(unittest.TestCase):
         for provider, name, semaphore in notes:
             self.assertIsNotNone(semaphore, (provider, name))
             self.assertNotEqual(semaphore, 0, (provider, name))
+
+    def test_identity(self):
+        # sys.version, python -VV and platform.python_build() name this
+        # project and its version, never a scratch branch or "dirty".
+        build = "tags/cpython-usdt-%s:" % pinned_release()
+        proc = run([PYTHON, "-c", "import platform, sys; print(sys.version); "
+                    "print(platform.python_build()[0])"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        version, python_build = proc.stdout.splitlines()
+        self.assertIn("(" + build, version)
+        self.assertTrue(python_build.startswith(build), python_build)
+        proc = run([PYTHON, "-VV"])
+        self.assertIn("(" + build, proc.stdout)
+        for text in (version, python_build, proc.stdout):
+            self.assertNotIn("dirty", text)
+
+    def test_frame_pointers(self):
+        # Built with frame pointers, and so are C extensions built for it
+        # (sysconfig's CFLAGS); the interpreter loop keeps its frame
+        # pointer, which native unwinders need to walk through it.
+        proc = run([PYTHON, "-c", "import sysconfig; "
+                    "print(sysconfig.get_config_var('CFLAGS'))"])
+        for flag in FRAME_POINTER_FLAGS:
+            self.assertIn(flag, proc.stdout.split())
+        proc = run(["objdump", "-d", "--no-show-raw-insn",
+                    "--disassemble=_PyEval_EvalFrameDefault", PYTHON])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        body = proc.stdout.split("<_PyEval_EvalFrameDefault>:", 1)[1]
+        first = [line.split("\t")[-1].split() for line in
+                 body.strip().splitlines()[:2]]
+        self.assertEqual(first, [["push", "%rbp"], ["mov", "%rsp,%rbp"]])
 
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):

@@ -27,7 +27,7 @@ load_pin() {
         esac
         printf -v "PIN_$key" '%s' "$value"
     done < "$pin"
-    : "${PIN_VERSION:?}" "${PIN_TARBALL:?}" "${PIN_SHA256:?}"
+    : "${PIN_VERSION:?}" "${PIN_RELEASE:?}" "${PIN_TARBALL:?}" "${PIN_SHA256:?}"
 }
 
 # verify_sha256 FILE EXPECTED: stop with a clear message on a mismatch.
