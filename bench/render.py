@@ -125,7 +125,7 @@ def render_md(data, json_rel, png_rel):
     else:
         L.append(f"Interpreter C (`{rel(ar['interpreter'])}`) run under `bpftrace -q -c` with a program "
                  "that only counts the probes (`@x = count()`), one case per group of probes "
-                 "armed together, on a workload that exercises them (`ARMED_CASES` in `run.py`); "
+                 "armed together, on a workload that exercises them (`ARMED_CASES` in `bench/armed.py`); "
                  "hits come from bpftrace's counts, "
                  "minus the hits of a `BENCH_DRYRUN=1` run (start-up and module body, outside the "
                  "timed region).  Cost per hit = (armed − unarmed timed region) / hits; the scale is "
