@@ -40,10 +40,12 @@ $(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 
 # configure reruns only when configure itself, or our flags, change:
 # tools/prepare rewrites build/src/configure only when its content changes.
+# The target is the flag record that tools/configure writes last, not the
+# Makefile, which CPython's own make regenerates (config.status) on its own.
 $(B)/src/configure: $(B)/stamps/prepare ;
 
-configure: $(B)/obj/Makefile
-$(B)/obj/Makefile: $(B)/src/configure tools/configure $(B)/stamps/prefix
+configure: $(B)/obj/usdt-configure-flags
+$(B)/obj/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
 	PREFIX=$(PREFIX) tools/configure $(B)/obj $(CURDIR)/$(B)/src
 
 # Record PREFIX so that changing it reconfigures.
@@ -54,7 +56,7 @@ $(B)/stamps/prefix: FORCE
 # sys.version names build/src's tag and commit (tools/prepare), compiled
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object
 # changes: rebuild it whenever build/src moves.
-build: deps $(B)/obj/Makefile
+build: deps $(B)/obj/usdt-configure-flags
 	if [ $(B)/stamps/prepare -nt $(B)/obj/Modules/getbuildinfo.o ]; then \
 		rm -f $(B)/obj/Modules/getbuildinfo.o; fi
 	$(MAKE) -C $(B)/obj -j$(NPROC)
@@ -91,9 +93,10 @@ $(B)/pristine-obj/python: $(B)/stamps/prepare tools/configure
 	$(MAKE) -C $(B)/pristine-obj -j$(NPROC)
 
 # The free-threaded (--disable-gil) build of the same tree, and its tests.
-check-freethreading: deps $(B)/stamps/prepare
-	test -f $(B)/obj-ft/Makefile -a $(B)/obj-ft/Makefile -nt $(B)/src/configure || \
-		VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(B)/obj-ft $(CURDIR)/$(B)/src
+$(B)/obj-ft/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
+	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(B)/obj-ft $(CURDIR)/$(B)/src
+
+check-freethreading: deps $(B)/obj-ft/usdt-configure-flags
 	$(MAKE) -C $(B)/obj-ft -j$(NPROC)
 	tools/check $(B)/obj-ft
 
