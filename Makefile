@@ -18,7 +18,7 @@ export SERIES
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export bench bench-quick bench-watcher \
-	bench-stacks demo bench-framepointers-release
+	bench-stacks demo bench-framepointers-release check-install
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -62,11 +62,14 @@ build: deps $(B)/obj/usdt-configure-flags
 	$(MAKE) -C $(B)/obj -j$(NPROC)
 
 # The README's test command: build facts, our tests, test_dtrace and a
-# bpftrace smoke test, then the regrtest subset.
+# bpftrace smoke test, then the regrtest subset, armed and unarmed, then an
+# install into a temporary prefix (which leaves build/obj configured for
+# it: the next `make` reconfigures).
 check: build
 	tools/check $(B)/obj
 	tools/regrtest $(B)/obj subset
 	tools/regrtest $(B)/obj armed
+	tools/check-install
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.
@@ -102,6 +105,12 @@ check-freethreading: deps $(B)/obj-ft/usdt-configure-flags
 
 install: build
 	$(MAKE) -C $(B)/obj install
+
+# make install PREFIX=<a new directory under /tmp>, then the installed
+# interpreter's venv, pip, python3-config, a C extension and probes
+# (tools/check-install); the next `make` reconfigures build/obj for PREFIX.
+check-install:
+	tools/check-install
 
 # Patch-queue workflow (docs/patch-workflow.md).
 patch-queue: $(B)/stamps/prepare
