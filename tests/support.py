@@ -53,6 +53,22 @@ def stop(proc):
             pipe.close()
 
 
+def perf_map_path(pid):
+    """The perf map a process writes while its perf trampoline is on."""
+    return "/tmp/perf-%d.map" % pid
+
+
+def perf_map_entries(pid):
+    """The entry names ("py::QUALNAME:FILENAME") of a process's perf map,
+    in file order; [] without a map."""
+    try:
+        with open(perf_map_path(pid)) as f:
+            return [line.rstrip("\n").split(" ", 2)[2] for line in f
+                    if line.count(" ") >= 2]
+    except FileNotFoundError:
+        return []
+
+
 def promised_probes(firing=False):
     """The probe names of tests/probes.txt, sorted; with *firing*, without
     the markers that never fire."""

@@ -17,8 +17,9 @@ import subprocess
 import tempfile
 import unittest
 
-from support import (Bpftrace, PYTHON, free_threaded, promised_probes,
-                     require_bpftrace, run, start)
+from support import (Bpftrace, PYTHON, free_threaded, perf_map_entries,
+                     perf_map_path, promised_probes, require_bpftrace, run,
+                     start)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "invisible_workload.py")
@@ -228,15 +229,12 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         """The lines of the perf map of the process in *pidfile* (the map
         is removed)."""
         with open(pidfile) as f:
-            path = "/tmp/perf-%s.map" % f.read().strip()
+            pid = int(f.read())
         try:
-            with open(path) as f:
-                return [line.split(" ", 2)[2].rstrip("\n") for line in f]
-        except FileNotFoundError:
-            return []
+            return perf_map_entries(pid)
         finally:
-            if os.path.exists(path):
-                os.unlink(path)
+            if os.path.exists(perf_map_path(pid)):
+                os.unlink(perf_map_path(pid))
 
     def test_opcode_events_reach_bdb_style_tracer(self):
         out, _ = self.unarmed("pdb_opcodes")

@@ -30,7 +30,8 @@ import time
 import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
-                     require_bpftrace, run, start, stop)
+                     perf_map_entries, perf_map_path, require_bpftrace, run,
+                     start, stop)
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "stacks_workload.py")
@@ -129,7 +130,7 @@ class Workload:
         # Cleanups run last first: the map goes after the process.
         testcase.addCleanup(self.remove_map)
         self.pid = self.proc.pid
-        self.map_path = "/tmp/perf-%d.map" % self.pid
+        self.map_path = perf_map_path(self.pid)
         ready = self.proc.stdout.readline()
         testcase.assertEqual(ready, "ready %d\n" % self.pid,
                              self.proc.poll() is not None
@@ -157,13 +158,8 @@ class Workload:
 
     def mapped(self, qualname):
         """The perf map lists workload function *qualname*."""
-        entry = "py::%s:%s" % (qualname, WORKLOAD)
-        try:
-            with open(self.map_path) as f:
-                return any(line.rstrip("\n").split(" ", 2)[2:] == [entry]
-                           for line in f)
-        except FileNotFoundError:
-            return False
+        return "py::%s:%s" % (qualname, WORKLOAD) in perf_map_entries(
+            self.pid)
 
     def wait_mapped(self, qualname, timeout):
         """Poll until the perf map lists *qualname*: the time.monotonic()
