@@ -13,7 +13,8 @@ the expected output is computed by running the same workload under that
 hook with the same interpreter; task steps are counted with
 sys.monitoring too, and the thread and GIL scripts are checked against
 what the workload prints about its threads.  pystat.bt is attached with
--p to a process that works on request.
+-p to a process that works on request, pyprofile.bt with -p to
+test_stacks.py's workload.
 
 The SystemTap scripts can only be checked here: `stap -p2` resolves their
 probe points against the interpreter without running them.
@@ -29,10 +30,14 @@ import subprocess
 import tempfile
 import textwrap
 import threading
+import time
 import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
-                     require_bpftrace, run, start)
+                     perf_map_entries, perf_map_path, require_bpftrace, run,
+                     start, stop)
+from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
+                         py_frame)
 
 USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
 
@@ -1112,8 +1117,10 @@ class StrlenAdviceTest(UsdtScriptTestCase):
         documented = documented_strlens()
         # The advice exists: the howto and top-functions.bt give a value.
         self.assertTrue(documented, "no BPFTRACE_STRLEN=N in %s" % ADVICE)
+        # pyprofile.bt keeps no strings, and takes a running process's PID
+        # (-p), not a -c command: PyprofileTest runs it.
         scripts = sorted(name for name in os.listdir(USDT)
-                         if name.endswith(".bt"))
+                         if name.endswith(".bt") and name != "pyprofile.bt")
         self.assertTrue(set(PRINTS_FILENAME) <= set(scripts), scripts)
         # bpftrace accepts at most 200: a longer base name
         # Something for every script: calls, C calls, an exception, an
@@ -1162,6 +1169,140 @@ class StrlenAdviceTest(UsdtScriptTestCase):
                         self.assertGreater(len(name), kept)
                         self.assertIn(name[:kept], output)
                         self.assertNotIn(name[:kept + 1], output)
+
+
+class PyprofileTest(UsdtScriptTestCase):
+    """pyprofile.bt run as its header says, with -p, on test_stacks.py's
+    workload (threads calling outer() -> middle() -> leaf())."""
+
+    # Seconds before the workload kills itself, should the test die.
+    LIFETIME_S = 90
+    # Seconds of sampling after the trampoline is on.
+    SAMPLE_S = 4
+
+    def folding_program(self):
+        """The awk program that the script's header gives for folding,
+        which the howto shows too."""
+        with open(script_path("pyprofile.bt")) as f:
+            header = f.read().split("*/", 1)[0]
+        header = re.sub(r"(?m)^ \* ?", "", header)
+        found = re.search(r"awk '(.*?)' stacks\.txt", header, re.S)
+        self.assertIsNotNone(found, "no awk command in pyprofile.bt")
+        with open(os.path.join(TOP, "overlay", "Doc", "howto",
+                               "instrumentation.rst")) as f:
+            howto = " ".join(f.read().split())
+        self.assertIn("awk '%s' stacks.txt" % " ".join(found.group(1).split()),
+                      howto, "the howto folds otherwise")
+        return found.group(1)
+
+    def test_python_names_in_sampled_stacks(self):
+        if free_threaded():
+            self.skipTest("the free-threaded build has no stack trampoline "
+                          "for the marker")
+        workload = start(self, [PYTHON, STACKS_WORKLOAD,
+                                str(self.LIFETIME_S)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+        pid = workload.pid
+
+        def remove_map():
+            stop(workload)
+            if os.path.exists(perf_map_path(pid)):
+                os.unlink(perf_map_path(pid))
+        self.addCleanup(remove_map)
+        self.assertEqual(workload.stdout.readline(), "ready %d\n" % pid)
+        armed = Semaphore(pid, "stacks__enable").value()
+        if armed:
+            self.skipTest("python:stacks__enable is already armed "
+                          "(semaphore %d): another tracer has a uprobe on "
+                          "every %s process" % (armed, PYTHON))
+        stacks = os.path.join(self.tmp, "stacks.txt")
+        tracer = start(self, ["bpftrace", "-q", "-p", str(pid),
+                              script_path("pyprofile.bt"), PYTHON, str(pid),
+                              "-o", stacks],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1"))
+        # The trampoline is on once the perf map lists leaf(), entered
+        # every millisecond.
+        leaf = "py::leaf:" + STACKS_WORKLOAD
+        deadline = time.monotonic() + 30
+        while leaf not in perf_map_entries(pid):
+            if tracer.poll() is not None:
+                self.fail("pyprofile.bt exited: %s"
+                          % Bpftrace.errors(tracer.stderr.read()))
+            if time.monotonic() > deadline:
+                self.fail("pyprofile.bt did not turn the trampoline on: "
+                          "no %s in %s after 30 s" % (leaf,
+                                                      perf_map_path(pid)))
+            time.sleep(0.05)
+        time.sleep(self.SAMPLE_S)
+        # bpftrace 0.17 misses about one SIGINT in five (test_stacks.py):
+        # send another after a second.
+        for _ in range(10):
+            tracer.send_signal(signal.SIGINT)
+            try:
+                _, errors = tracer.communicate(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            self.fail("bpftrace ignored 10 SIGINTs")
+        self.assertEqual(tracer.returncode, 0, Bpftrace.errors(errors))
+        self.assertIsNone(workload.poll(), "the workload died while traced")
+        with open(stacks) as f:
+            output = f.read()
+        samples = bpftrace_stacks(output, "")
+        # Samples whose stack bpftrace lost: "@[]: N"
+        lost = sum(int(n) for n in re.findall(r"(?m)^@\[\]: (\d+)$",
+                                               output))
+        total = sum(count for _, count in samples) + lost
+        common = "\n".join("%d: %s" % (count, " < ".join(frames))
+                           for frames, count in sorted(
+                               samples, key=lambda s: -s[1])[:3])
+        self.assertGreater(total, 50, "too few samples:\n" + output)
+        named = full = 0
+        for frames, count in samples:
+            py = [py_frame(frame) for frame in frames
+                  if frame.startswith("py::")]
+            if not py:
+                continue
+            named += count
+            for qualname, filename in py:
+                self.assertIn(qualname, CHAIN, frames)
+                self.assertEqual(filename, STACKS_WORKLOAD, frames)
+            # Innermost first: leaf() before middle() before outer(); a
+            # caller entered before the trampoline came on has no name.
+            names = [qualname for qualname, _ in py]
+            self.assertEqual(names, sorted(names, key=CHAIN.index), frames)
+            self.assertEqual(len(names), len(set(names)), frames)
+            if names == CHAIN:
+                full += count
+        self.assertGreaterEqual(2 * named, total,
+                                "%d of %d samples have a py:: frame; the "
+                                "most common:\n%s" % (named, total, common))
+        # leaf() takes most of the time.
+        self.assertGreaterEqual(2 * full, named,
+                                "%d of %d samples have leaf, middle and "
+                                "outer; the most common:\n%s"
+                                % (full, named, common))
+        # The header's folding: the same samples, one line per stack,
+        # root first.
+        proc = run(["awk", self.folding_program(), stacks])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        folded = {}
+        for line in proc.stdout.splitlines():
+            stack, _, count = line.rpartition(" ")
+            self.assertNotIn(stack, folded, "folded twice")
+            folded[stack] = int(count)
+        self.assertEqual(sum(folded.values()), total - lost, proc.stdout)
+        root_first = sum(count for stack, count in folded.items()
+                         if [py_frame(frame)[0]
+                             for frame in stack.split(";")
+                             if frame.startswith("py::")] == CHAIN[::-1])
+        self.assertEqual(root_first, full, proc.stdout)
+        workload.stdin.close()
+        self.assertEqual(workload.stdout.read(), "done\n")
+        self.assertEqual(workload.wait(timeout=30), 0)
 
 
 class AttachTest(UsdtScriptTestCase):
