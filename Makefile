@@ -17,8 +17,9 @@ export SERIES
 
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
-	patch-queue patch-export bench bench-quick bench-watcher \
-	bench-stacks demo bench-framepointers-release check-install
+	patch-queue patch-export release bench bench-quick bench-watcher \
+	bench-stacks demo bench-framepointers-release check-install \
+	shared install-shared check-shared deb check-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -56,10 +57,21 @@ $(B)/stamps/prefix: FORCE
 # sys.version names build/src's tag and commit (tools/prepare), compiled
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object
 # changes: rebuild it whenever build/src moves.
+# make_tree OBJDIR: build one configured tree of build/src.
+make_tree = if [ $(B)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ]; then \
+		rm -f $(1)/Modules/getbuildinfo.o; fi; \
+	$(MAKE) -C $(1) -j$(NPROC)
+
 build: deps $(B)/obj/usdt-configure-flags
-	if [ $(B)/stamps/prepare -nt $(B)/obj/Modules/getbuildinfo.o ]; then \
-		rm -f $(B)/obj/Modules/getbuildinfo.o; fi
-	$(MAKE) -C $(B)/obj -j$(NPROC)
+	$(call make_tree,$(B)/obj)
+
+# The release interpreter, build/release/python: upstream's PGO + LTO
+# (--enable-optimizations --with-lto), with everything the default build
+# carries.  About 30 minutes on 2 cores (docs/release.md).
+release: deps $(B)/release/usdt-configure-flags
+	$(call make_tree,$(B)/release)
+$(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
+	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(B)/release $(CURDIR)/$(B)/src
 
 # The README's test command: build facts, our tests, test_dtrace and a
 # bpftrace smoke test, then the regrtest subset, armed and unarmed, then an
@@ -69,7 +81,10 @@ check: build
 	tools/check $(B)/obj
 	tools/regrtest $(B)/obj subset
 	tools/regrtest $(B)/obj armed
+	tools/deb $(B)/obj $(B)/deb-dev
+	tools/check-deb $(B)/deb-dev
 	tools/check-install
+	$(MAKE) check-shared
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.
@@ -105,6 +120,35 @@ check-freethreading: deps $(B)/obj-ft/usdt-configure-flags
 
 install: build
 	$(MAKE) -C $(B)/obj install
+
+# The --enable-shared variant, build/obj-shared: libpython3.13.so carries
+# the probes, and the installed python3 finds it through its run path.
+shared: deps $(B)/obj-shared/usdt-configure-flags
+	$(call make_tree,$(B)/obj-shared)
+$(B)/obj-shared/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
+	SHARED=yes PREFIX=$(PREFIX) tools/configure $(B)/obj-shared $(CURDIR)/$(B)/src
+
+install-shared: shared
+	$(MAKE) -C $(B)/obj-shared install
+
+# make install-shared PREFIX=<a new directory under /tmp>, then the checks
+# of check-install, plus the probes in libpython3.13.so, bpftrace attached
+# to the library, and a C program that embeds the interpreter.
+check-shared:
+	tools/check-install --shared
+
+# A Debian package of the release interpreter, installed in
+# /opt/cpython-usdt: build/deb/cpython-usdt_<RELEASE>_<arch>.deb.
+deb: release
+	tools/deb $(B)/release $(B)/deb
+
+# The release build's tests: tiers 1-3 of `make check` (build facts, the
+# probe set, parity and attach tests, test_dtrace) on build/release/python,
+# then its .deb installed with apt-get, checked, and removed.
+check-release: release
+	tools/check $(B)/release
+	tools/deb $(B)/release $(B)/deb
+	tools/check-deb $(B)/deb
 
 # make install PREFIX=<a new directory under /tmp>, then the installed
 # interpreter's venv, pip, python3-config, a C extension and probes
@@ -190,7 +234,7 @@ bench-quick: build $(BENCH_BUILDS)
 		--out-png $(B)/bench-quick/performance.png
 
 clean:
-	rm -rf $(B)/obj $(B)/obj-ft $(B)/pristine-obj $(B)/bench-nodtrace \
+	rm -rf $(B)/obj $(B)/obj-ft $(B)/obj-shared $(B)/release $(B)/deb $(B)/deb-dev $(B)/pristine-obj $(B)/bench-nodtrace \
 		$(B)/bench-upstream $(B)/release-pristine-fp $(B)/release-pristine-nofp \
 		$(B)/stage $(B)/stamps
 

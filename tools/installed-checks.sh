@@ -1,0 +1,181 @@
+# Checks of an installed interpreter, shared by tools/check-install (a
+# `make install` into a scratch prefix) and tools/check-deb (the .deb,
+# installed with apt-get).  Sourced after lib.sh, not executed.
+# shellcheck shell=bash
+
+# system_python: what the system's python3 is; installing ours must not
+# change it.
+system_python() {
+    for path in /usr/bin/python3 /usr/lib/python3 /usr/local/lib; do
+        [ -e "$path" ] && stat -L -c '%n %s %Y' "$path"
+    done
+    true
+}
+
+# count_calls OBJECT COMMAND...: bpftrace, attached to OBJECT (the file
+# holding the probes), counts the calls of f that COMMAND makes.  Prints
+# the count, or "skip: <bpftrace's reason>", or "no count: <output>".
+count_calls() {
+    local object=$1 out
+    shift
+    out=$(bpftrace -q -e "usdt:$object:python:function__entry /str(arg1) == \"f\"/ { @calls = count(); }" \
+          -c "$*" 2>&1) || true
+    case $out in
+        *"@calls: "*) printf '%s\n' "$out" | sed -n 's/^@calls: //p' ;;
+        *"Operation not permitted"*|*"Could not"*|*"Error attaching"*)
+            printf 'skip: %s\n' "$(printf '%s' "$out" | grep -v RLIMIT_MEMLOCK | head -n 3)" ;;
+        *) printf 'no count: %s\n' "$out" ;;
+    esac
+}
+
+# expect_100_calls WHAT OBJECT COMMAND...: count_calls must count 100, or
+# skip for a reason bpftrace gave.
+expect_100_calls() {
+    local what=$1 calls
+    shift
+    if ! command -v bpftrace > /dev/null; then
+        log "SKIPPED $what: bpftrace not found"
+        return
+    fi
+    calls=$(count_calls "$@")
+    case $calls in
+        100) log "$what: function__entry fired 100 times, seen in $1" ;;
+        skip:*) log "SKIPPED $what: bpftrace: ${calls#skip: }" ;;
+        *) die "$what: bpftrace on $1 did not count 100 calls of f: $calls" ;;
+    esac
+}
+
+# libpython_of BINARY: the libpython that BINARY loads, as ldd finds it.
+libpython_of() {
+    ldd "$1" | sed -n 's/^\s*libpython[^ ]* => \([^ ]*\) .*/\1/p'
+}
+
+# probes_of FILE: the names of the USDT probes in FILE's notes.
+probes_of() {
+    readelf -n "$1" | sed -n 's/^ *Name: //p' | sort -u
+}
+
+# check_installed DIR VARIANT WORK: the interpreter installed in DIR
+# (VARIANT static, or shared: libpython3.13.so) works, using the scratch
+# directory WORK.
+check_installed() {
+    local dir=$1 variant=$2 work=$3
+    local py version prefix pip_version includes suffix answer venv_answer
+    local binary lib expected cflags ldflags
+    py=$dir/bin/python3
+    [ -x "$py" ] || die "no $py"
+    version=$("$py" -VV)
+    log "installed: $version"
+    case $version in
+        *"(tags/cpython-usdt-$PIN_RELEASE:"*) ;;
+        *) die "$py -VV does not name cpython-usdt $PIN_RELEASE: $version" ;;
+    esac
+    prefix=$("$py" -c 'import sys; print(sys.prefix)')
+    [ "$prefix" = "$dir" ] || die "sys.prefix is $prefix, not $dir"
+
+    log "venv with pip"
+    "$py" -m venv "$work/venv" || die "python3 -m venv failed"
+    pip_version=$("$work/venv/bin/pip" --version) || die "pip --version failed in the venv"
+    case $pip_version in
+        *"$work/venv/"*) log "venv pip: $pip_version" ;;
+        *) die "the venv's pip is not the venv's: $pip_version" ;;
+    esac
+
+    log "C extension against the installed headers"
+    includes=$("$dir/bin/python3-config" --includes) || die "python3-config --includes failed"
+    case $includes in
+        *"-I$dir/include/python"*) ;;
+        *) die "python3-config --includes names other headers: $includes" ;;
+    esac
+    suffix=$("$dir/bin/python3-config" --extension-suffix)
+    cat > "$work/usdt_install_ext.c" <<'EOF'
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *
+answer(PyObject *module, PyObject *Py_UNUSED(arg))
+{
+    return PyLong_FromLong(42);
+}
+
+static PyMethodDef methods[] = {
+    {"answer", answer, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "usdt_install_ext", NULL, 0, methods,
+};
+
+PyMODINIT_FUNC
+PyInit_usdt_install_ext(void)
+{
+    return PyModule_Create(&module);
+}
+EOF
+    # shellcheck disable=SC2086  # $includes is a list of flags
+    gcc -shared -fPIC $includes -o "$work/usdt_install_ext$suffix" \
+        "$work/usdt_install_ext.c" || die "the C extension did not compile"
+    answer=$(cd "$work" && "$py" -c 'import usdt_install_ext; print(usdt_install_ext.answer())')
+    [ "$answer" = 42 ] || die "the C extension did not import: $answer"
+    venv_answer=$(cd "$work" && "$work/venv/bin/python" -c 'import usdt_install_ext; print(usdt_install_ext.answer())')
+    [ "$venv_answer" = 42 ] || die "the C extension did not import in the venv: $venv_answer"
+
+    printf 'def f():\n    return 1\nfor _ in range(100):\n    f()\n' > "$work/calls.py"
+
+    binary=$(readlink -f "$py")
+    if [ "$variant" = static ]; then
+        expect_100_calls "the installed binary" "$binary" "$binary" "$work/calls.py"
+    else
+        log "libpython holds the probes"
+        lib=$dir/lib/libpython${PIN_VERSION%.*}.so.1.0
+        [ -f "$lib" ] || die "no $lib after make install-shared"
+        [ "$(libpython_of "$binary")" = "$lib" ] ||
+            die "$binary loads '$(libpython_of "$binary")', not $lib"
+        expected=$(sed -n 's/^\([a-z_][a-z_]*\).*/\1/p' "$TOP/tests/probes.txt" | sort -u)
+        [ "$(probes_of "$lib")" = "$expected" ] ||
+            die "the probes in $lib differ from tests/probes.txt: $(diff <(probes_of "$lib") <(printf '%s\n' "$expected"))"
+        [ -z "$(probes_of "$binary")" ] ||
+            die "$binary has probes of its own: $(probes_of "$binary")"
+        expect_100_calls "python3 (shared)" "$lib" "$binary" "$work/calls.py"
+        expect_100_calls "the venv's python (shared)" "$lib" "$work/venv/bin/python" "$work/calls.py"
+
+        log "a C program embedding the interpreter"
+        cat > "$work/embed.c" <<'EOF'
+#include <Python.h>
+
+int
+main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s SCRIPT\n", argv[0]);
+        return 2;
+    }
+    FILE *script = fopen(argv[1], "r");
+    if (script == NULL) {
+        perror(argv[1]);
+        return 2;
+    }
+    Py_Initialize();
+    int rc = PyRun_SimpleFile(script, argv[1]);
+    fclose(script);
+    if (Py_FinalizeEx() < 0) {
+        rc = 1;
+    }
+    return rc != 0;
+}
+EOF
+        cflags=$("$dir/bin/python3-config" --cflags --embed) ||
+            die "python3-config --cflags --embed failed"
+        ldflags=$("$dir/bin/python3-config" --ldflags --embed) ||
+            die "python3-config --ldflags --embed failed"
+        # An embedding program finds the library through its own run path.
+        # shellcheck disable=SC2086  # lists of flags
+        gcc $cflags -o "$work/embed" "$work/embed.c" $ldflags \
+            -Wl,-rpath,"$dir/lib" || die "the embedding program did not compile"
+        "$work/embed" "$work/calls.py" || die "the embedding program failed"
+        [ "$(libpython_of "$work/embed")" = "$lib" ] ||
+            die "the embedding program loads '$(libpython_of "$work/embed")', not $lib"
+        expect_100_calls "the embedding program" "$lib" "$work/embed" "$work/calls.py"
+    fi
+}
