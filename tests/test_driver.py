@@ -206,6 +206,35 @@ class DriverTest(unittest.TestCase):
                 theirs = f.read().replace(real, "@OBJ@")
             self.assertEqual(ours, theirs, name)
 
+        # The same flags and prefix again: configure does not rerun (the
+        # Makefile stays as it is), so that a scratch install of one tree
+        # does not reconfigure the others.
+        makefile = os.path.join(obj, "Makefile")
+        before = os.stat(makefile).st_mtime_ns
+        proc = self.tool("configure", obj, src)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("configured with these flags and prefix already",
+                      proc.stderr)
+        self.assertEqual(os.stat(makefile).st_mtime_ns, before)
+        # Another prefix: it reruns, and the Makefile has the new one.
+        env = dict(self.env, PREFIX="/opt/cpython-usdt-elsewhere")
+        proc = self.tool("configure", obj, src, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(makefile) as f:
+            self.assertRegex(f.read(),
+                             r"(?m)^prefix=\s*/opt/cpython-usdt-elsewhere$")
+
+    def test_bad_variant_values(self):
+        obj = os.path.join(self.tmp, "obj")
+        for name in ("SHARED", "OPTIMIZE", "DTRACE", "VARIANT",
+                     "FRAME_POINTERS"):
+            env = dict(self.env, **{name: "maybe"})
+            proc = self.tool("configure", obj, os.path.join(BUILD, "src"),
+                             env=env)
+            self.assertFailsWith(proc, "%s must be " % name,
+                                 "not 'maybe'")
+            self.assertFalse(os.path.exists(obj), name)
+
 
 BAD_PATCH = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
