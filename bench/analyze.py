@@ -31,12 +31,22 @@ def geomean(xs):
 
 # --------------------------------------------------------------------------- analysis
 
-def repeat_noise(data, w, st):
-    """Relative spread (max-min)/min of the net counts of all runs of A on workload w."""
+def net_counts(counts, w):
+    """{label: count} of workload w minus each label's own `-c pass` start-up count
+    (the startup row itself is gross)."""
+    g = {k: counts[k][w] for k in counts}
+    if w == "startup":
+        return g
+    return {k: g[k] - counts[k]["startup"] for k in g}
+
+
+def repeat_noise(data, w, st, role="A"):
+    """Relative spread (max-min)/min of the net counts of all runs of role (A, its
+    repeat, the extra repeats) on workload w."""
     ins = data["instructions"]
-    runs = [ins["counts"]["A"][w], ins["counts"]["A_repeat"][w]]
-    runs += ins.get("extra_A_repeats", {}).get(w, [])
-    base = 0 if w == "startup" else st["A"]
+    runs = [ins["counts"][role][w], ins["counts"][f"{role}_repeat"][w]]
+    runs += ins.get(f"extra_{role}_repeats", {}).get(w, [])
+    base = 0 if w == "startup" else st[role]
     net = [r - base for r in runs]
     return (max(net) - min(net)) / min(net)
 
@@ -62,6 +72,20 @@ def bootstrap_ci(samples, workloads, role, base="A", n_boot=2000, seed=12345):
     return [stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]]
 
 
+def wall_stats(s, roles):
+    """The median timed region of each role in one workload's samples s, and the
+    wall-time row's fields: <role>_median_ns, <role>_min_ns, <role>_max_ns."""
+    med = {r: statistics.median(s[r]["region_ns"]) for r in roles}
+    return med, {**{f"{r}_median_ns": med[r] for r in roles},
+                 **{f"{r}_min_ns": min(s[r]["region_ns"]) for r in roles},
+                 **{f"{r}_max_ns": max(s[r]["region_ns"]) for r in roles}}
+
+
+def spread(s, role, med):
+    """Run-to-run spread of role's samples: (max - min) / median."""
+    return (max(s[role]["region_ns"]) - min(s[role]["region_ns"])) / med[role]
+
+
 def analyze(data):
     ins = data["instructions"]["counts"]
     workloads = data["config"]["workloads"]
@@ -69,10 +93,7 @@ def analyze(data):
     rows = []
     for w in workloads + ["startup"]:
         g = {k: ins[k][w] for k in ins}
-        if w == "startup":
-            net = g
-        else:
-            net = {k: g[k] - st[k] for k in g}
+        net = net_counts(ins, w)
         rows.append({
             "workload": w,
             "A": g["A"], "B": g["B"], "C": g["C"],
@@ -97,13 +118,11 @@ def analyze(data):
     for w in workloads:
         s = data["wall"]["samples"][w]
         roles = present_roles(s)
-        med = {r: statistics.median(s[r]["region_ns"]) for r in roles}
-        spread_a = (max(s["A"]["region_ns"]) - min(s["A"]["region_ns"])) / med["A"]
+        med, stats = wall_stats(s, roles)
+        spread_a = spread(s, "A", med)
         wall_rows.append({
             "workload": w,
-            **{f"{r}_median_ns": med[r] for r in roles},
-            **{f"{r}_min_ns": min(s[r]["region_ns"]) for r in roles},
-            **{f"{r}_max_ns": max(s[r]["region_ns"]) for r in roles},
+            **stats,
             "C_A": med["C"] / med["A"], "B_A": med["B"] / med["A"],
             "C_A_min": min(s["C"]["region_ns"]) / min(s["A"]["region_ns"]),
             "B_A_min": min(s["B"]["region_ns"]) / min(s["A"]["region_ns"]),
@@ -113,7 +132,7 @@ def analyze(data):
         if "U" in med:
             wall_rows[-1].update({
                 "A_U": med["A"] / med["U"], "C_U": med["C"] / med["U"],
-                "U_spread": (max(s["U"]["region_ns"]) - min(s["U"]["region_ns"])) / med["U"]})
+                "U_spread": spread(s, "U", med)})
     wall = {
         "rows": wall_rows,
         "geomean_C_A": geomean([r["C_A"] for r in wall_rows]),

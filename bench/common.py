@@ -2,7 +2,9 @@
 
 run.py measures with measure.py (instructions, wall time) and armed.py (bpftrace,
 gdb, the floor), judges with analyze.py and writes the report with render.py;
-each of them imports its helpers from here.
+each of them imports its helpers from here.  release.py (the release build against
+two pristine release builds) reuses measure.py, analyze.py and render.py with its
+own roles, P1, P2 and R.
 """
 import os
 import re
@@ -84,8 +86,33 @@ def pycache_prefix(role):
 
 
 def present_roles(d):
-    """The roles that have an entry in d (interpreters, counts, samples), in order."""
-    return tuple(r for r in ROLES + OPTIONAL_ROLES if r in d)
+    """The roles that have an entry in d (interpreters, samples), in order: run.py's
+    roles in ROLES + OPTIONAL_ROLES order, then any others (release.py's P1, P2, R)
+    in d's own order."""
+    known = ROLES + OPTIONAL_ROLES
+    return tuple(r for r in known if r in d) + tuple(r for r in d if r not in known)
+
+
+def parse_pythons(specs, required, optional=()):
+    """{role: absolute path} from --python ROLE=PATH options, in role order; exits
+    with a message on an unknown role, a missing or unusable path, or a role left out."""
+    allowed = tuple(required) + tuple(optional)
+    given = {}
+    for spec in specs:
+        role, _, path = spec.partition("=")
+        if role not in allowed or not path:
+            sys.exit(f"bad --python {spec!r}; expected "
+                     + ", ".join(f"{r}=PATH" for r in allowed[:-1]) + f" or {allowed[-1]}=PATH")
+        path = os.path.abspath(path)
+        if not os.access(path, os.X_OK):
+            sys.exit(f"interpreter {path} not executable")
+        if " " in path:
+            sys.exit("interpreter path must not contain spaces (bpftrace -c splits on spaces)")
+        given[role] = path
+    if not set(required) <= set(given):
+        sys.exit("need " + " ".join(f"--python {r}=..." for r in required)
+                 + (f" ({', '.join(f'{r}=...' for r in optional)} optional)" if optional else ""))
+    return {r: given[r] for r in allowed if r in given}
 
 
 def workload_path(name):

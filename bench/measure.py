@@ -22,7 +22,7 @@ from common import (ELAPSED_RE, REPO, ROLE_DESC, RUN_CWD, base_env, first_line, 
 
 # --------------------------------------------------------------------------- machine
 
-def machine_info(interps):
+def machine_info(interps, desc=ROLE_DESC):
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -55,7 +55,7 @@ def machine_info(interps):
         lines = cfg.stdout.splitlines()
         info["interpreters"][role] = {
             "path": path,
-            "description": ROLE_DESC[role],
+            "description": desc[role],
             "version": (r.stdout or r.stderr).strip(),
             "sys_version": lines[2] if len(lines) > 2 else None,
             "config_args": lines[0] if lines else None,
@@ -85,25 +85,29 @@ def cachegrind_one(role, interp, script, scale):
     return int(m[-1].replace(",", "")), (out[-1] if out else "")
 
 
-def measure_instructions(interps, workloads, scale, jobs):
-    """Returns {role: {workload: count}} plus a repeat run of A ('A_repeat') for noise."""
-    runs = [(r, r) for r in present_roles(interps)] + [("A_repeat", "A")]
+def measure_instructions(interps, workloads, scale, jobs, repeat="A"):
+    """Returns {label: {workload: count}} for every role, plus a second run of the role
+    repeat (label 'A_repeat' for A) for noise, the checksums, and the further runs of
+    repeat on the workloads whose first two differ."""
+    rep = f"{repeat}_repeat"
+    runs = [(r, r) for r in present_roles(interps)] + [(rep, repeat)]
     names = ["startup"] + workloads
     tasks = []
     for label, role in runs:          # label-major: neighbours are different workloads
         for name in names:
             script = None if name == "startup" else workload_path(name)
-            # separate workdir per label so two parallel jobs never share one
-            wd_role = {"A_repeat": "R"}.get(label, label)
-            tasks.append((label, role, name, script, wd_role))
+            tasks.append((label, role, name, script))
     res = {label: {} for label, _ in runs}
     checks = {label: {} for label, _ in runs}
     done = [0]
 
     def job(t):
-        label, role, name, script, wd_role = t
+        # The repeat runs with its role's own .pyc prefix, the one warmup() filled: under
+        # a prefix of its own (as before), modules imported after a workload sets
+        # sys.dont_write_bytecode (imports.py) were compiled again in every run.
+        label, role, name, script = t
         with locks[name]:
-            n, chk = cachegrind_one(wd_role, interps[role], script, scale)
+            n, chk = cachegrind_one(role, interps[role], script, scale)
         done[0] += 1
         log(f"cachegrind {done[0]}/{len(tasks)} {label:8s} {name:15s} {n:,}")
         return label, name, n, chk
@@ -114,17 +118,18 @@ def measure_instructions(interps, workloads, scale, jobs):
         for label, name, n, chk in ex.map(job, tasks):
             res[label][name] = n
             checks[label][name] = chk
-    # workloads whose two A runs differ are not bit-for-bit repeatable (threads): run A a
-    # few more times so their noise (max-min over all A runs) is not a single-pair guess
+    # workloads whose two runs of repeat differ are not bit-for-bit repeatable (threads):
+    # run it a few more times so their noise (max-min over all its runs) is not a
+    # single-pair guess
     extra = {}
-    unstable = [n for n in names if res["A"][n] != res["A_repeat"][n]]
+    unstable = [n for n in names if res[repeat][n] != res[rep][n]]
     for name in unstable:
         script = None if name == "startup" else workload_path(name)
         extra[name] = []
         for i in range(EXTRA_REPEATS):
-            n, _ = cachegrind_one("A", interps["A"], script, scale)
+            n, _ = cachegrind_one(repeat, interps[repeat], script, scale)
             extra[name].append(n)
-            log(f"cachegrind extra repeat {i + 1}/{EXTRA_REPEATS} A {name:15s} {n:,}")
+            log(f"cachegrind extra repeat {i + 1}/{EXTRA_REPEATS} {repeat} {name:15s} {n:,}")
     return res, checks, extra
 
 
@@ -195,7 +200,27 @@ def measure_wall(interps, workloads, scale, rounds):
             k += 1
         res[name] = samples
         med = {r: statistics.median(samples[r]["region_ns"]) for r in roles}
-        a_u = f" A/U={med['A'] / med['U']:.4f}" if "U" in med else ""
-        log(f"wall {name:15s} A={med['A'] / 1e6:8.1f}ms B/A={med['B'] / med['A']:.4f} "
-            f"C/A={med['C'] / med['A']:.4f}{a_u} ({k}/{total} rounds)")
+        base = roles[0]
+        log(f"wall {name:15s} {base}={med[base] / 1e6:8.1f}ms "
+            + " ".join(f"{r}/{base}={med[r] / med[base]:.4f}" for r in roles[1:])
+            + f" ({k}/{total} rounds)")
     return res
+
+
+def measure_unarmed(data, interps, cfg, skip, repeat="A"):
+    """The warm-up, then the instruction and wall-time phases not in skip, into data
+    ("instructions", "wall"); the further runs of repeat are "extra_<repeat>_repeats"."""
+    warmup(interps, cfg["workloads"])
+    if "instructions" not in skip:
+        t = time.monotonic()
+        counts, checks, extra = measure_instructions(interps, cfg["workloads"], cfg["cg_scale"],
+                                                     cfg["jobs"], repeat)
+        data["instructions"] = {"scale": cfg["cg_scale"], "counts": counts, "checksums": checks,
+                                f"extra_{repeat}_repeats": extra,
+                                "duration_s": time.monotonic() - t}
+    if "wall" not in skip:
+        t = time.monotonic()
+        data["wall"] = {"scale": cfg["wall_scale"], "rounds": cfg["rounds"],
+                        "samples": measure_wall(interps, cfg["workloads"], cfg["wall_scale"],
+                                                cfg["rounds"]),
+                        "duration_s": time.monotonic() - t}

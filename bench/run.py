@@ -17,7 +17,6 @@ plot FROM that JSON (``--render-only FILE.json`` re-renders without measuring).
 Run with /usr/bin/python3.11 (needs matplotlib for the PNG).  See README.md.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -35,9 +34,9 @@ if HERE not in sys.path:
 from analyze import (TARGET_ARMED_NS, TARGET_INSTR_GEOMEAN, TARGET_INSTR_MAX,
                      TARGET_WALL, analyze)
 from armed import ARMED_CASES, measure_armed
-from common import OPTIONAL_ROLES, ROLES, T_START, log, workload_path
-from measure import machine_info, measure_instructions, measure_wall, warmup
-from render import render_md, write_outputs
+from common import OPTIONAL_ROLES, ROLES, log, parse_pythons, workload_path
+from measure import machine_info, measure_unarmed
+from render import finish, log_verdicts, render_md, render_only  # noqa: F401 (render_md: tests)
 
 ALL_WORKLOADS = [
     "recursion", "methods", "closures", "generators", "coroutines", "exceptions",
@@ -59,6 +58,22 @@ MODES = {
 
 
 # --------------------------------------------------------------------------- main
+
+def mode_config(args, mode):
+    """The mode's settings with --workloads, --rounds and --jobs applied (release.py
+    uses it too)."""
+    cfg = dict(mode)
+    if args.workloads:
+        cfg["workloads"] = [w for w in args.workloads.split(",") if w]
+        for w in cfg["workloads"]:
+            if not os.path.exists(workload_path(w)):
+                sys.exit(f"unknown workload {w}")
+    if args.rounds:
+        cfg["rounds"] = args.rounds
+    if args.jobs:
+        cfg["jobs"] = args.jobs
+    return cfg
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,74 +97,30 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.render_only:
-        with open(args.render_only) as f:
-            data = json.load(f)
-        data["analysis"] = analyze(data)
-        args.out_json = args.render_only
-        write_outputs(data, args)
+        render_only(args, analyze)
         return 0
-    interps = {}
-    for spec in args.python:
-        role, _, path = spec.partition("=")
-        if role not in ROLES + OPTIONAL_ROLES or not path:
-            sys.exit(f"bad --python {spec!r}; expected A=PATH, B=PATH, C=PATH or U=PATH")
-        path = os.path.abspath(path)
-        if not os.access(path, os.X_OK):
-            sys.exit(f"interpreter {path} not executable")
-        if " " in path:
-            sys.exit("interpreter path must not contain spaces (bpftrace -c splits on spaces)")
-        interps[role] = path
-    if not set(ROLES) <= set(interps):
-        sys.exit("need --python A=... --python B=... --python C=... (U=... optional)")
+    interps = parse_pythons(args.python, ROLES, OPTIONAL_ROLES)
     mode = "quick" if args.quick else "full"
-    cfg = dict(MODES[mode])
-    if args.workloads:
-        cfg["workloads"] = [w for w in args.workloads.split(",") if w]
-        for w in cfg["workloads"]:
-            if not os.path.exists(workload_path(w)):
-                sys.exit(f"unknown workload {w}")
+    cfg = mode_config(args, MODES[mode])
     cfg["armed_workloads"] = sorted({c.workload for c in ARMED_CASES})
     if args.armed_workloads:
         cfg["armed_workloads"] = [w for w in args.armed_workloads.split(",") if w]
         for w in cfg["armed_workloads"]:
             if w not in {c.workload for c in ARMED_CASES}:
                 sys.exit(f"no armed case on workload {w}")
-    if args.rounds:
-        cfg["rounds"] = args.rounds
-    if args.jobs:
-        cfg["jobs"] = args.jobs
     skip = set(filter(None, args.skip.split(",")))
     cfg["mode"] = mode
     data = {"schema": 1, "config": cfg, "machine": machine_info(interps), "interpreters": interps,
             "targets": {"instr_geomean": TARGET_INSTR_GEOMEAN, "instr_max": TARGET_INSTR_MAX,
                         "wall": TARGET_WALL, "armed_ns": TARGET_ARMED_NS}}
     log(f"mode={mode} workloads={len(cfg['workloads'])} interpreters={interps}")
-    warmup(interps, cfg["workloads"])
-    if "instructions" not in skip:
-        t = time.monotonic()
-        counts, checks, extra = measure_instructions(interps, cfg["workloads"], cfg["cg_scale"],
-                                                     cfg["jobs"])
-        data["instructions"] = {"scale": cfg["cg_scale"], "counts": counts, "checksums": checks,
-                                "extra_A_repeats": extra,
-                                "duration_s": time.monotonic() - t}
-    if "wall" not in skip:
-        t = time.monotonic()
-        data["wall"] = {"scale": cfg["wall_scale"], "rounds": cfg["rounds"],
-                        "samples": measure_wall(interps, cfg["workloads"], cfg["wall_scale"], cfg["rounds"]),
-                        "duration_s": time.monotonic() - t}
+    measure_unarmed(data, interps, cfg, skip)
     if "armed" not in skip:
         t = time.monotonic()
         data["armed"] = measure_armed(interps, cfg)
         data["armed"]["duration_s"] = time.monotonic() - t
-    data["duration_s"] = time.monotonic() - T_START
-    data["machine"]["loadavg_at_end"] = open("/proc/loadavg").read().strip()
-    if "instructions" in data and "wall" in data:
-        data["analysis"] = analyze(data)
-    write_outputs(data, args)
-    an = data.get("analysis", {})
-    for t in an.get("verdict", []) + an.get("frame_pointers", {}).get("verdict", []):
-        log(f"verdict: {'MET ' if t['met'] else ('N/A ' if t['met'] is None else 'MISS')} "
-            f"{t['target']}: {t['value']}{' — ' + t['miss'] if t['miss'] else ''}")
+    an = finish(data, args, analyze)
+    log_verdicts(an.get("verdict", []) + an.get("frame_pointers", {}).get("verdict", []))
     log(f"done in {data['duration_s']:.0f} s")
     return 0
 

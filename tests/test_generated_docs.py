@@ -4,6 +4,9 @@ docs/performance.md is rendered by bench/run.py from docs/performance.json,
 which records the absolute paths of the machine that ran the benchmark
 (its checkout, its interpreters).  The report must not show them: a reader
 has the repository somewhere else.
+
+bench/release.py renders its report the same way, from results made up
+here, and judges them by the criterion its report states.
 """
 
 import importlib.util
@@ -15,17 +18,22 @@ import unittest
 from support import TOP
 
 BENCH_RUN = os.path.join(TOP, "bench", "run.py")
+BENCH_RELEASE = os.path.join(TOP, "bench", "release.py")
 RESULTS = os.path.join(TOP, "docs", "performance.json")
 REPORT = os.path.join(TOP, "docs", "performance.md")
 # Where the results below pretend to have been made.
 ELSEWHERE = "/srv/some.where/else+deep/cpython-usdt.checkout"
 
 
-def bench_run():
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH_RUN)
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bench_run():
+    return load("bench_run", BENCH_RUN)
 
 
 def replace_strings(value, old, new):
@@ -70,6 +78,99 @@ class PerformanceReport(unittest.TestCase):
                 self.assertRegex(report, r"\| %s \| `%s` "
                                  % (role, re.escape(path)))
 
+
+RELEASE_PATHS = {"P1": "build/release-pristine-fp/python",
+                 "P2": "build/release-pristine-fp2/python",
+                 "R": "build/release/python"}
+WORKLOADS = ("recursion", "loops")
+
+
+def release_results(instr, wall):
+    """Results as bench/release.py writes them, made in a checkout at
+    ELSEWHERE: instr and wall give each role's factor on P1's instruction
+    counts and timed regions (5 rounds, a little noise, the same for all)."""
+    counts = {role: {"startup": 40_000_000} for role in instr}
+    counts["P1_repeat"] = {"startup": 40_000_000}
+    for k, w in enumerate(WORKLOADS):
+        net = 100_000_000 * (k + 1)
+        for role, f in instr.items():
+            counts[role][w] = 40_000_000 + round(net * f)
+        counts["P1_repeat"][w] = counts["P1"][w]
+    noise = (1.0, 1.02, 0.99, 1.01, 0.98)
+    samples = {w: {role: {"region_ns": [round(5e8 * f * n) for n in noise],
+                          "process_ns": [round(5.2e8 * f * n) for n in noise],
+                          "checksum": "%s 42" % w, "order": [0, 1, 2, 0, 1]}
+                   for role, f in wall.items()}
+               for w in WORKLOADS}
+    paths = {role: os.path.join(ELSEWHERE, p) for role, p in RELEASE_PATHS.items()}
+    machine = {
+        "uname": "Linux test", "cpu_model": "test CPU", "nproc": 2,
+        "loadavg_at_start": "0.10 0.10 0.10 1/80 1",
+        "loadavg_at_end": "0.20 0.10 0.10 1/80 2",
+        "date_utc": "2026-01-01 00:00:00 UTC",
+        "command": "/usr/bin/python3.11 bench/release.py --out-json x.json "
+                   + " ".join("--python %s=%s" % rp for rp in paths.items()),
+        "cwd": ELSEWHERE, "repo": ELSEWHERE, "driver_python": "3.11.2",
+        "valgrind": "valgrind-3.19.0", "bpftrace": "bpftrace v0.17.0",
+        "gcc": "gcc 12.2.0", "euid": 0,
+        "interpreters": {role: {
+            "path": path, "description": role, "version": "Python 3.13.5",
+            "sys_version": "3.13.5", "config_args": "'--enable-optimizations'",
+            "with_dtrace": "1" if role == "R" else "0"}
+            for role, path in paths.items()}}
+    return {"schema": 1, "kind": "release",
+            "config": {"workloads": list(WORKLOADS), "cg_scale": 0.05,
+                       "wall_scale": 1.0, "rounds": 5, "jobs": 2, "mode": "full"},
+            "machine": machine, "interpreters": paths,
+            "binaries": {role: {"sha256": "%064x" % k, "bytes": 1}
+                         for k, role in enumerate(paths)},
+            "instructions": {"scale": 0.05, "counts": counts,
+                             "checksums": {r: {w: "ok" for w in counts[r]}
+                                           for r in counts},
+                             "extra_P1_repeats": {}},
+            "wall": {"scale": 1.0, "rounds": 5, "samples": samples},
+            "duration_s": 1.0}
+
+
+class ReleaseReport(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.release = load("bench_release", BENCH_RELEASE)
+
+    def render(self, data):
+        data["analysis"] = self.release.analyze_release(data)
+        return self.release.render_release_md(data, "release.json")
+
+    def test_paths_relative(self):
+        report = self.render(release_results(
+            {"P1": 1, "P2": 1, "R": 1}, {"P1": 1, "P2": 1, "R": 1}))
+        self.assertNotIn(ELSEWHERE, report)
+        for role, path in RELEASE_PATHS.items():
+            with self.subTest(role=role):
+                self.assertRegex(report, r"\| %s \| `%s` " % (role, re.escape(path)))
+
+    def test_verdicts(self):
+        # what: (P2, R) factors on P1's instruction counts, the same for wall
+        # time, the verdicts on instructions and on wall time (None:
+        # inconclusive), a line of the report.  "The build decides": R is
+        # +0.6 % on P1 and -0.4 % on P2.  "Tolerance": P2 is 4 % slower than
+        # P1, R 1 % slower than their mean: within that, above the +0.3 % floor.
+        cases = {
+            "within": ((1.001, 1.002), (1.001, 1.0), (True, True),
+                       "| recursion | 140,000,000 | +0.100 % | +0.200 % |"),
+            "over": ((1.001, 1.01), (1.0, 1.05), (False, False), "**MISSED**"),
+            "the build decides": ((1.01, 1.006), (1.0, 1.0), (None, True), "**INCONCLUSIVE**"),
+            "tolerance": ((1, 1), (1.04, 1.03), (True, True), "| P1, P2 and R print the same"),
+        }
+        for what, (instr, wall, met, line) in cases.items():
+            with self.subTest(what):
+                data = release_results(dict(zip(("P1", "P2", "R"), (1,) + instr)),
+                                       dict(zip(("P1", "P2", "R"), (1,) + wall)))
+                report = self.render(data)
+                got = data["analysis"]["verdict"]
+                self.assertEqual(tuple(t["met"] for t in got), met + (True,), got)
+                self.assertIn(line, report)
 
 if __name__ == "__main__":
     unittest.main()
