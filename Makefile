@@ -19,7 +19,7 @@ export SERIES
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export release bench bench-quick bench-watcher \
 	bench-stacks demo bench-framepointers-release check-install \
-	shared install-shared check-shared deb check-release
+	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
 all: build
@@ -213,6 +213,18 @@ bench-framepointers-release: $(B)/release-pristine-fp/python \
 		--python U=$(B)/release-pristine-nofp/python \
 		--out-json docs/framepointers-release.json \
 		--out-md docs/framepointers-release.md
+
+# The release build's unarmed cost against its pristine peer built twice
+# (PGO differs from build to build; P2/P1 is that noise), in instructions
+# and interleaved wall time: docs/performance-release.md.
+bench-release: release $(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python
+	tools/deps bench
+	/usr/bin/python3.11 bench/release.py \
+		--python P1=$(B)/release-pristine-fp/python \
+		--python P2=$(B)/release-pristine-fp2/python \
+		--python R=$(B)/release/python \
+		--out-json docs/performance-release.json \
+		--out-md docs/performance-release.md
 
 BENCH_BUILDS = $(B)/bench-nodtrace/python $(B)/pristine-obj/python \
 	$(B)/bench-upstream/python
