@@ -15,11 +15,39 @@ system_python() {
 # count_calls OBJECT COMMAND...: bpftrace, attached to OBJECT (the file
 # holding the probes), counts the calls of f that COMMAND makes.  Prints
 # the count, or "skip: <bpftrace's reason>", or "no count: <output>".
+# bpftrace attaches path-wide, before COMMAND starts, rather than with -c:
+# bpftrace 0.17's -c looks the probes up in the child before it has loaded
+# any library ("Error finding location for probe" for libpython3.13.so).
 count_calls() {
-    local object=$1 out
+    local object=$1 log tracer out failed=""
     shift
-    out=$(bpftrace -q -e "usdt:$object:python:function__entry /str(arg1) == \"f\"/ { @calls = count(); }" \
-          -c "$*" 2>&1) || true
+    log=$(mktemp)
+    bpftrace -q -e "BEGIN { printf(\"attached\\n\"); }
+        usdt:$object:python:function__entry /str(arg1) == \"f\"/ { @calls = count(); }" \
+        > "$log" 2>&1 &
+    tracer=$!
+    for _ in $(seq 300); do
+        grep -qx attached "$log" && break
+        kill -0 "$tracer" 2> /dev/null || break
+        sleep 0.2
+    done
+    if grep -qx attached "$log"; then
+        "$@" > /dev/null 2>&1 || failed="the command failed: $*"
+        # bpftrace 0.17 now and then misses a SIGINT: send it until it
+        # exits.
+        for _ in $(seq 50); do
+            kill -INT "$tracer" 2> /dev/null || break
+            sleep 0.2
+        done
+    fi
+    kill -KILL "$tracer" 2> /dev/null || true
+    wait "$tracer" 2> /dev/null || true
+    out=$(cat "$log")
+    rm -f "$log"
+    if [ -n "$failed" ]; then
+        printf 'no count: %s\n' "$failed"
+        return
+    fi
     case $out in
         *"@calls: "*) printf '%s\n' "$out" | sed -n 's/^@calls: //p' ;;
         *"Operation not permitted"*|*"Could not"*|*"Error attaching"*)
