@@ -1,0 +1,261 @@
+"""python -m usdt list [--all] [PID ...]: the USDT probes of processes.
+
+For each process, the probes in the ELF files it has mapped (read from
+/proc/PID/maps and the files' .note.stapsdt sections), one per line:
+
+    PID PROVIDER:NAME SEMAPHORE PATH ARGUMENTS
+
+SEMAPHORE is the probe's semaphore in the process (how many tracers arm
+it; "-" for a probe without one, "?" when the process's memory cannot be
+read).  PATH is the file a tracer attaches to, as in
+
+    bpftrace -p PID -e 'usdt:PATH:PROVIDER:NAME { ... }'
+
+ARGUMENTS is the note's argument string (-8@%rdi: a signed 64-bit int in
+rdi; 8@%rsi: a pointer).  By default only the probes that Python code
+defined with the usdt module are listed; --all adds every other probe of
+the mapped files (the interpreter's python:*, libc's...).  Without a PID,
+every process that has usdt module probes is listed.
+"""
+
+import argparse
+import os
+import re
+import struct
+import sys
+
+# The files the usdt module writes: see Modules/_usdtmodule.c.
+MODULE_FILE = re.compile(r"/python-usdt-\d+-[^/]+/\d+-[^/]+\.so$")
+
+SHT_NOTE = 7
+PT_LOAD = 1
+NT_STAPSDT = 3
+
+
+class Probe:
+    __slots__ = ("provider", "name", "arguments", "semaphore", "path")
+
+    def __init__(self, provider, name, arguments, semaphore, path):
+        self.provider = provider
+        self.name = name
+        self.arguments = arguments
+        self.semaphore = semaphore      # its address in the file, or 0
+        self.path = path
+
+
+def read_notes(f, path):
+    """The stapsdt probes of the ELF file f, and its PT_LOAD segments as
+    (vaddr, offset, filesz); ([], []) for anything but a 64-bit
+    little-endian ELF file."""
+    header = f.read(64)
+    if (len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2
+            or header[5] != 1):
+        return [], []
+    (phoff, shoff, _, _, phentsize, phnum, shentsize, shnum,
+     shstrndx) = struct.unpack_from("<QQIHHHHHH", header, 32)
+    segments = []
+    f.seek(phoff)
+    table = f.read(phentsize * phnum)
+    for i in range(phnum):
+        (p_type, _, p_offset, p_vaddr, _, p_filesz,
+         _, _) = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
+        if p_type == PT_LOAD:
+            segments.append((p_vaddr, p_offset, p_filesz))
+    if shoff == 0 or shnum == 0 or shstrndx >= shnum:
+        return [], segments
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize)
+                for i in range(shnum)]
+    names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
+    f.seek(names_at)
+    names = f.read(names_size)
+    probes = []
+    for (sh_name, sh_type, _, _, sh_offset, sh_size, *_) in sections:
+        name = names[sh_name:names.find(b"\0", sh_name)]
+        if sh_type != SHT_NOTE or name != b".note.stapsdt":
+            continue
+        f.seek(sh_offset)
+        data = f.read(sh_size)
+        pos = 0
+        while pos + 12 <= len(data):
+            namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
+            pos += 12
+            owner = data[pos:pos + namesz]
+            pos += (namesz + 3) & ~3
+            desc = data[pos:pos + descsz]
+            pos += (descsz + 3) & ~3
+            if ntype != NT_STAPSDT or owner != b"stapsdt\0" or descsz < 27:
+                continue
+            _, _, semaphore = struct.unpack_from("<QQQ", desc)
+            fields = desc[24:].split(b"\0")
+            if len(fields) < 3:
+                continue
+            provider, probe, arguments = (
+                x.decode("utf-8", "replace") for x in fields[:3])
+            probes.append(Probe(provider, probe, arguments, semaphore, path))
+    return probes, segments
+
+
+class Mapping:
+    __slots__ = ("start", "end", "perms", "offset", "inode", "path")
+
+    def __init__(self, line):
+        fields = line.split(None, 5)
+        start, end = fields[0].split("-")
+        self.start = int(start, 16)
+        self.end = int(end, 16)
+        self.perms = fields[1]
+        self.offset = int(fields[2], 16)
+        self.inode = int(fields[4])
+        self.path = fields[5].rstrip("\n") if len(fields) == 6 else ""
+
+
+def mappings(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return [Mapping(line) for line in f]
+
+
+def attach_path(pid, mapping):
+    """The path of a mapped file that a tracer can open: its own, or, for a
+    deleted file (one whose creator has exited, as seen from a forked
+    child), the process's /proc/PID/map_files/ link to it."""
+    if mapping.path.endswith(" (deleted)"):
+        return "/proc/%d/map_files/%x-%x" % (pid, mapping.start, mapping.end)
+    return mapping.path
+
+
+def semaphore_value(mem, pid, maps, inode, segments, semaphore):
+    """The semaphore at *semaphore* (an address in the file) in the process,
+    or "?" if it cannot be read."""
+    for vaddr, offset, filesz in segments:
+        if vaddr <= semaphore < vaddr + filesz:
+            file_offset = semaphore - vaddr + offset
+            break
+    else:
+        return "?"
+    for m in maps:
+        if (m.inode == inode and "w" in m.perms
+                and m.offset <= file_offset < m.offset + m.end - m.start):
+            if mem is None:
+                return "?"
+            try:
+                mem.seek(m.start + file_offset - m.offset)
+                return str(int.from_bytes(mem.read(2), sys.byteorder))
+            except OSError:
+                return "?"
+    return "?"
+
+
+def process_probes(pid, everything):
+    """[(probe, semaphore value, path)] of process pid."""
+    maps = mappings(pid)
+    try:
+        mem = open("/proc/%d/mem" % pid, "rb", buffering=0)
+    except OSError:
+        mem = None
+    found = []
+    seen = set()
+    try:
+        for m in maps:
+            if not m.path.startswith("/") or m.inode in seen:
+                continue
+            if not everything and not MODULE_FILE.search(
+                    m.path.removesuffix(" (deleted)")):
+                continue
+            seen.add(m.inode)
+            path = attach_path(pid, m)
+            try:
+                with open("/proc/%d/map_files/%x-%x" % (pid, m.start, m.end),
+                          "rb") as f:
+                    probes, segments = read_notes(f, path)
+            except OSError:
+                try:
+                    with open(path, "rb") as f:
+                        probes, segments = read_notes(f, path)
+                except OSError:
+                    continue
+            for probe in probes:
+                value = ("-" if not probe.semaphore else
+                         semaphore_value(mem, pid, maps, m.inode, segments,
+                                         probe.semaphore))
+                found.append((probe, value))
+    finally:
+        if mem is not None:
+            mem.close()
+    return found
+
+
+def module_pids():
+    """The processes whose maps name a usdt module file."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/maps" % entry) as f:
+                if any(MODULE_FILE.search(line.rstrip("\n").removesuffix(
+                        " (deleted)")) for line in f):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+def list_command(args):
+    status = 0
+    if args.pid:
+        pids = args.pid
+    else:
+        pids = module_pids()
+    for pid in pids:
+        try:
+            probes = process_probes(pid, args.all)
+        except FileNotFoundError:
+            print("usdt list: no process %d" % pid, file=sys.stderr)
+            status = 1
+            continue
+        except PermissionError as e:
+            print("usdt list: cannot read the mappings of process %d (%s): "
+                  "run as its user or as root" % (pid, e.strerror),
+                  file=sys.stderr)
+            status = 1
+            continue
+        probes.sort(key=lambda found: (found[0].provider, found[0].name,
+                                       found[0].path))
+        for probe, value in probes:
+            fields = [str(pid), "%s:%s" % (probe.provider, probe.name), value,
+                      probe.path]
+            if probe.arguments:
+                fields.append(probe.arguments)
+            print(" ".join(fields))
+    return status
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m usdt",
+        description="Inspect the USDT probes of running processes.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    lister = commands.add_parser(
+        "list", help="print the probes of processes",
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    lister.add_argument("pid", nargs="*", type=int,
+                        help="processes (default: every process with probes "
+                             "defined by the usdt module)")
+    lister.add_argument("--all", action="store_true",
+                        help="also the probes of the other mapped files "
+                             "(the interpreter's, libc's...)")
+    args = parser.parse_args(argv)
+    return list_command(args)
+
+
+if __name__ == "__main__":
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (| head): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
+    sys.exit(status)
