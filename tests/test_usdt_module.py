@@ -151,12 +151,13 @@ SYNC_CREATE = '_sync = usdt.Probe("testsync", "sync", ())'
 class Tracer:
     """bpftrace -p PID -e PROGRAM, with the sync probe added."""
 
-    def __init__(self, testcase, pid, program):
+    def __init__(self, testcase, pid, program, sync_probe=SYNC_PROBE):
         self.testcase = testcase
+        pid_args = ["-p", str(pid)] if pid is not None else []
         # Bytes: str() may cut a UTF-8 sequence.
         self.proc = subprocess.Popen(
-            ["bpftrace", "-q", "-p", str(pid), "-e",
-             program + "\n" + SYNC_PROBE],
+            ["bpftrace", "-q", *pid_args, "-e",
+             program + "\n" + sync_probe],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=BPFTRACE_ENV)
         testcase.addCleanup(stop, self.proc)
         self.out = b""
@@ -208,8 +209,8 @@ class TracerTest(unittest.TestCase):
     def setUp(self):
         require_bpftrace(self)
 
-    def bpftrace(self, pid, program):
-        return Tracer(self, pid, program)
+    def bpftrace(self, pid, program, **kwargs):
+        return Tracer(self, pid, program, **kwargs)
 
 
 INTS = [0, 1, -1, INT64_MAX, INT64_MIN, 123456789012, -987654321, True]
@@ -443,6 +444,76 @@ class ForkTest(TracerTest):
         # The parent's exit removes its files.
         self.assertFalse(os.path.exists(path))
         self.assertFalse(os.path.exists(os.path.dirname(path)))
+
+
+ORPHAN_SCRIPT = """
+import os, select, sys, time, usdt
+tick = usdt.Probe("orphantest", "tick", (int,))
+sync = usdt.Probe("orphantest", "sync", ())
+if os.fork():
+    sys.exit(0)         # the parent's exit removes its files
+print(os.getpid(), flush=True)
+deadline = time.monotonic() + %(timeout)d
+while not (tick and sync):
+    if time.monotonic() > deadline:
+        sys.exit(3)
+    time.sleep(0.01)
+while not select.select([sys.stdin], [], [], 0.01)[0]:
+    sync()
+    if time.monotonic() > deadline:
+        sys.exit(5)
+sys.stdin.readline()
+for i in range(5):
+    tick(i)
+while tick:
+    if time.monotonic() > deadline:
+        sys.exit(4)
+    time.sleep(0.01)
+print("disarmed", flush=True)
+"""
+
+
+def kill_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class OrphanTest(TracerTest):
+
+    def test_child_outlives_parent(self):
+        # Once the parent that made the probes has exited, their files are
+        # gone; python -m usdt list gives /proc/CHILD/map_files/ paths,
+        # which bpftrace resolves without -p.
+        proc = start(self, [PYTHON, "-c",
+                            ORPHAN_SCRIPT % {"timeout": TIMEOUT}],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+        child = int(proc.stdout.readline())
+        self.addCleanup(kill_quietly, child)
+        self.assertEqual(proc.wait(timeout=TIMEOUT), 0)
+        listed = run([PYTHON, "-m", "usdt", "list", str(child)])
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        paths = {line.split()[1]: line.split()[3]
+                 for line in listed.stdout.splitlines()}
+        self.assertEqual(sorted(paths), ["orphantest:sync", "orphantest:tick"])
+        for path in paths.values():
+            self.assertTrue(path.startswith("/proc/%d/map_files/" % child),
+                            path)
+        tracer = self.bpftrace(
+            None, "usdt:%s:orphantest:tick /pid == %d/ "
+                  "{ @[arg0] = count(); if (arg0 == 4) { exit(); } }"
+                  % (paths["orphantest:tick"], child),
+            sync_probe='usdt:%s:orphantest:sync /pid == %d/ '
+                       '{ printf("synced\\n"); }'
+                       % (paths["orphantest:sync"], child))
+        tracer.sync(lambda: None)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        self.assertEqual(tracer.finish()[""],
+                         {str(i): "1" for i in range(5)})
+        self.assertEqual(proc.stdout.readline(), "disarmed\n")
 
 
 class ManyProbesTest(TracerTest):

@@ -1178,6 +1178,12 @@ traced_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
                   PyObject *kwnames)
 {
     TracedObject *self = (TracedObject *)op;
+    if (self->func == NULL) {
+        /* Only reachable from a finalizer of a garbage cycle. */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "usdt.traced function called after being cleared");
+        return NULL;
+    }
     if (is_armed(self->entry_semaphore)) {
         self->entry_stub(0, 0, 0, 0, 0, 0);
     }

@@ -8,15 +8,21 @@
     @usdt.traced("myapp")       # myapp:handle__entry, myapp:handle__return
     def handle(request): ...
 
+Argument types are int (signed 64-bit), str (passed as UTF-8, a lone
+surrogate as '?') and bytes (a pointer to the bytes), at most 6.  A call
+with a wrong count or type raises TypeError, an int outside 64 bits
+OverflowError.  A traced function fires NAME__entry() before each call and
+NAME__return(raised) after it (raised: 1 if it raised, else 0).
+
 Tracers see these probes as ordinary USDT markers with semaphores, in a
 small ELF object this module writes and loads for them; Probe.path is the
-file to attach to:
+file to attach to (with -p, bpftrace also accepts * for it):
 
     bpftrace -p PID -e 'usdt:PATH:myapp:request__start
-        { printf("%s %d\\n", str(arg0), arg1); }'
+        { printf("%s %d\\n", str(arg0), (int64)arg1); }'
 
 ``python -m usdt list [PID]`` prints the probes of a process with their
-paths.  x86-64 Linux only.
+paths.  x86-64 Linux only; see docs/usdt-module.md in cpython-usdt.
 """
 
 from _usdt import MAX_ARGS, Probe, TracedFunction, traced

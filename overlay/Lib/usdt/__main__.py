@@ -11,6 +11,12 @@ read).  PATH is the file a tracer attaches to, as in
 
     bpftrace -p PID -e 'usdt:PATH:PROVIDER:NAME { ... }'
 
+For a file that is gone (a forked child's probes, once the parent that
+made them has exited), PATH is /proc/PID/map_files/..., which bpftrace
+0.17 resolves only without -p:
+
+    bpftrace -e 'usdt:PATH:PROVIDER:NAME /pid == PID/ { ... }'
+
 ARGUMENTS is the note's argument string (-8@%rdi: a signed 64-bit int in
 rdi; 8@%rsi: a pointer).  By default only the probes that Python code
 defined with the usdt module are listed; --all adds every other probe of
