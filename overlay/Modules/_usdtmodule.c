@@ -495,7 +495,7 @@ raise_failure(const struct failure *f)
     if (f->type == PyExc_MemoryError) {
         PyErr_NoMemory();
     }
-    else if (f->type == PyExc_OSError) {
+    else if (f->type == PyExc_OSError && f->error != 0) {
         PyObject *args = Py_BuildValue("(is)", f->error, f->message);
         if (args != NULL) {
             PyErr_SetObject(PyExc_OSError, args);
