@@ -1247,7 +1247,7 @@ traced_repr(PyObject *op)
 {
     TracedObject *self = (TracedObject *)op;
     ProbeObject *entry = (ProbeObject *)self->entry_probe;
-    if (self->func == NULL) {
+    if (self->func == NULL || entry == NULL) {
         return PyUnicode_FromString("<usdt.traced function>");
     }
     return PyUnicode_FromFormat("<usdt.traced %U:%U of %R>",
@@ -1388,12 +1388,17 @@ decorator_call(PyObject *op, PyObject *args, PyObject *kwargs)
     traced->entry_stub = found[0]->stub;
     traced->return_semaphore = found[1]->semaphore;
     traced->return_stub = found[1]->stub;
-    traced->entry_probe = probe_from_site(state->probe_type, found[0]);
-    traced->return_probe = probe_from_site(state->probe_type, found[1]);
+    traced->entry_probe = NULL;
+    traced->return_probe = NULL;
     traced->dict = NULL;
     traced->weakreflist = NULL;
     PyObject_GC_Track(traced);
-    if (traced->entry_probe == NULL || traced->return_probe == NULL) {
+    traced->entry_probe = probe_from_site(state->probe_type, found[0]);
+    if (traced->entry_probe == NULL) {
+        goto done;
+    }
+    traced->return_probe = probe_from_site(state->probe_type, found[1]);
+    if (traced->return_probe == NULL) {
         goto done;
     }
     /* __module__, __name__, __qualname__, __doc__, __dict__, __wrapped__
