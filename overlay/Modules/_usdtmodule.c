@@ -391,8 +391,8 @@ build_object(struct elf_probe *probes, int count, size_t *size)
 /* A loaded object: its file, and the process that wrote it (and removes it
  * at exit; a forked child maps the same file but leaves it alone). */
 struct object {
-    char path[PATH_MAX];
     pid_t owner;
+    char path[];
 };
 
 /* A probe of the process.  Immutable once published in the registry, and
@@ -592,26 +592,24 @@ load_object(struct elf_probe *specs, int count, struct site **out,
     if (directory_owner != getpid() && make_directory(f) < 0) {
         return -1;
     }
-    struct object *object = calloc(1, sizeof(*object));
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/%lu-%s-%s.so", directory,
+                     ++object_serial, specs[0].provider, specs[0].name);
+    if (n < 0 || (size_t)n >= sizeof(path)) {
+        fail(f, PyExc_OSError, ENAMETOOLONG,
+             "usdt: the path of a probe's file is too long (directory %s)",
+             directory);
+        return -1;
+    }
+    struct object *object = malloc(sizeof(*object) + (size_t)n + 1);
     struct site *new_sites = calloc(count, sizeof(*new_sites));
     size_t size;
     unsigned char *image = build_object(specs, count, &size);
     if (object == NULL || new_sites == NULL || image == NULL) {
-        free(object);
-        free(new_sites);
-        free(image);
         fail(f, PyExc_MemoryError, 0, "");
-        return -1;
-    }
-    int n = snprintf(object->path, sizeof(object->path), "%s/%lu-%s-%s.so",
-                     directory, ++object_serial, specs[0].provider,
-                     specs[0].name);
-    if (n < 0 || (size_t)n >= sizeof(object->path)) {
-        fail(f, PyExc_OSError, ENAMETOOLONG,
-             "usdt: the path of a probe's file is too long (directory %s)",
-             directory);
         goto error;
     }
+    memcpy(object->path, path, (size_t)n + 1);
     if (write_file(object->path, image, size) < 0) {
         fail(f, PyExc_OSError, errno, "usdt: cannot write %s: %s",
              object->path, strerror(errno));
