@@ -30,7 +30,7 @@ import re
 import struct
 import sys
 
-# The files the usdt module writes: see Modules/_usdtmodule.c.
+# The files the usdt module writes: see Modules/_usdt/sites.c.
 MODULE_FILE = re.compile(r"/python-usdt-\d+-[^/]+/\d+-[^/]+\.so$")
 
 SHT_NOTE = 7

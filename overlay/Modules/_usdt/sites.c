@@ -1,0 +1,313 @@
+/* _usdt: the sites (probes) of the process, the files that hold them, and
+ * the removal of those files at exit (see usdt.h).
+ */
+
+#include "Python.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "usdt.h"
+
+/* Everything below is shared by all interpreters and threads, and guarded
+ * by registry_lock. */
+static PyMutex registry_lock;
+static struct site **sites;
+static size_t site_count, site_capacity;
+static struct object **objects;
+static size_t object_count, object_capacity;
+static unsigned long object_serial;
+/* The directory of this process's files, and the process that made it:
+ * after fork(), the child's first probe makes its own. */
+static char directory[PATH_MAX];
+static pid_t directory_owner;
+static int atexit_registered;
+
+/* Remove the files this process wrote, then its directory (Py_AtExit). */
+static void
+remove_files(void)
+{
+    pid_t pid = getpid();
+    PyMutex_Lock(&registry_lock);
+    for (size_t i = 0; i < object_count; i++) {
+        if (objects[i]->owner == pid) {
+            (void)unlink(objects[i]->path);
+        }
+    }
+    if (directory_owner == pid) {
+        (void)rmdir(directory);
+        directory_owner = 0;
+    }
+    PyMutex_Unlock(&registry_lock);
+}
+
+static struct site *
+find_site(const char *provider, const char *name)
+{
+    for (size_t i = 0; i < site_count; i++) {
+        if (strcmp(sites[i]->name, name) == 0
+            && strcmp(sites[i]->provider, provider) == 0)
+        {
+            return sites[i];
+        }
+    }
+    return NULL;
+}
+
+/* *array* (of pointers, *capacity* of them) grown to hold *need*; NULL
+ * if out of memory (then *array* is unchanged). */
+static void *
+grow(void *array, size_t *capacity, size_t need)
+{
+    if (need <= *capacity) {
+        return array;
+    }
+    size_t cap = *capacity ? *capacity * 2 : 64;
+    while (cap < need) {
+        cap *= 2;
+    }
+    void *grown = realloc(array, cap * sizeof(void *));
+    if (grown != NULL) {
+        *capacity = cap;
+    }
+    return grown;
+}
+
+/* Why creating a site failed, for the caller to raise once the lock is
+ * released. */
+struct failure {
+    PyObject *type;             /* NULL: no failure */
+    int error;                  /* errno, for OSError */
+    char message[PATH_MAX + 256];
+};
+
+static void
+fail(struct failure *f, PyObject *type, int error, const char *format, ...)
+{
+    va_list va;
+    f->type = type;
+    f->error = error;
+    va_start(va, format);
+    vsnprintf(f->message, sizeof(f->message), format, va);
+    va_end(va);
+}
+
+static void
+raise_failure(const struct failure *f)
+{
+    if (f->type == PyExc_MemoryError) {
+        PyErr_NoMemory();
+    }
+    else if (f->type == PyExc_OSError && f->error != 0) {
+        PyObject *args = Py_BuildValue("(is)", f->error, f->message);
+        if (args != NULL) {
+            PyErr_SetObject(PyExc_OSError, args);
+            Py_DECREF(args);
+        }
+    }
+    else {
+        PyErr_SetString(f->type, f->message);
+    }
+}
+
+/* Make this process's directory: $TMPDIR (if absolute) or /tmp, then
+ * "python-usdt-PID-XXXXXX", mode 0700. */
+static int
+make_directory(struct failure *f)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] != '/') {
+        tmp = "/tmp";
+    }
+    pid_t pid = getpid();
+    int n = snprintf(directory, sizeof(directory),
+                     "%s/python-usdt-%ld-XXXXXX", tmp, (long)pid);
+    if (n < 0 || (size_t)n >= sizeof(directory)) {
+        fail(f, PyExc_OSError, ENAMETOOLONG,
+             "usdt: TMPDIR is too long: %s", tmp);
+        return -1;
+    }
+    if (mkdtemp(directory) == NULL) {
+        fail(f, PyExc_OSError, errno,
+             "usdt: cannot create a directory for the probes' files in "
+             "%s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    directory_owner = pid;
+    if (!atexit_registered) {
+        if (Py_AtExit(remove_files) < 0) {
+            /* Too many exit functions: the files would stay behind. */
+            (void)rmdir(directory);
+            directory_owner = 0;
+            fail(f, PyExc_RuntimeError, 0,
+                 "usdt: cannot register the removal of its files at exit");
+            return -1;
+        }
+        atexit_registered = 1;
+    }
+    return 0;
+}
+
+static int
+write_file(const char *path, const unsigned char *data, size_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return -1;
+    }
+    while (size > 0) {
+        ssize_t n = write(fd, data, size);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            int saved = errno;
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+        data += n;
+        size -= (size_t)n;
+    }
+    return close(fd);
+}
+
+/* Write and load an object for the probes *specs*, and publish a site for
+ * each.  Called with registry_lock held. */
+static int
+load_object(struct elf_probe *specs, int count, struct site **out,
+            struct failure *f)
+{
+    struct site **grown_sites = grow(sites, &site_capacity,
+                                     site_count + count);
+    if (grown_sites != NULL) {
+        sites = grown_sites;
+    }
+    struct object **grown_objects = grow(objects, &object_capacity,
+                                         object_count + 1);
+    if (grown_objects != NULL) {
+        objects = grown_objects;
+    }
+    if (grown_sites == NULL || grown_objects == NULL) {
+        fail(f, PyExc_MemoryError, 0, "");
+        return -1;
+    }
+    if (directory_owner != getpid() && make_directory(f) < 0) {
+        return -1;
+    }
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/%lu-%s-%s.so", directory,
+                     ++object_serial, specs[0].provider, specs[0].name);
+    if (n < 0 || (size_t)n >= sizeof(path)) {
+        fail(f, PyExc_OSError, ENAMETOOLONG,
+             "usdt: the path of a probe's file is too long (directory %s)",
+             directory);
+        return -1;
+    }
+    struct object *object = malloc(sizeof(*object) + (size_t)n + 1);
+    struct site *new_sites = calloc(count, sizeof(*new_sites));
+    size_t size;
+    unsigned char *image = _PyUsdt_BuildObject(specs, count, &size);
+    if (object == NULL || new_sites == NULL || image == NULL) {
+        fail(f, PyExc_MemoryError, 0, "");
+        goto error;
+    }
+    memcpy(object->path, path, (size_t)n + 1);
+    if (write_file(object->path, image, size) < 0) {
+        fail(f, PyExc_OSError, errno, "usdt: cannot write %s: %s",
+             object->path, strerror(errno));
+        (void)unlink(object->path);
+        goto error;
+    }
+    /* Never closed: tracers may hold uprobes on the stubs, and Probe
+     * objects in any interpreter refer to them until exit. */
+    void *handle = dlopen(object->path, RTLD_NOW | RTLD_LOCAL);
+    struct link_map *map = NULL;
+    if (handle == NULL || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0) {
+        const char *why = dlerror();
+        fail(f, PyExc_OSError, 0,
+             "usdt: cannot load %s: %s (a directory mounted noexec? set "
+             "TMPDIR to another one)", object->path, why ? why : "?");
+        (void)unlink(object->path);
+        goto error;
+    }
+    object->owner = getpid();
+    objects[object_count++] = object;
+    for (int i = 0; i < count; i++) {
+        struct site *site = &new_sites[i];
+        strcpy(site->provider, specs[i].provider);
+        strcpy(site->name, specs[i].name);
+        strcpy(site->types, specs[i].types);
+        site->object = object;
+        site->semaphore = (uint16_t *)(map->l_addr + specs[i].semaphore);
+        site->stub = (stub_func)(map->l_addr + specs[i].stub);
+        sites[site_count++] = site;
+        out[i] = site;
+    }
+    free(image);
+    return 0;
+
+error:
+    free(object);
+    free(new_sites);
+    free(image);
+    return -1;
+}
+
+/* The sites for probes (provider, names[i]) with types[i]: existing ones if
+ * their types match (ValueError if not), new ones for the others, created
+ * together in one object. */
+int
+_PyUsdt_GetSites(const char *provider, const char *const *names,
+                 const char *const *types, int count, struct site **out)
+{
+    struct failure f = {NULL};
+    struct elf_probe specs[2];
+    int missing[2];
+    int nmissing = 0;
+    assert(count <= 2);
+
+    PyMutex_Lock(&registry_lock);
+    for (int i = 0; i < count; i++) {
+        struct site *site = find_site(provider, names[i]);
+        if (site == NULL) {
+            specs[nmissing].provider = provider;
+            specs[nmissing].name = names[i];
+            specs[nmissing].types = types[i];
+            missing[nmissing++] = i;
+        }
+        else if (strcmp(site->types, types[i]) != 0) {
+            fail(&f, PyExc_ValueError, 0,
+                 "probe %s:%s already exists in this process with other "
+                 "argument types", provider, names[i]);
+            break;
+        }
+        else {
+            out[i] = site;
+        }
+    }
+    if (f.type == NULL && nmissing > 0) {
+        struct site *created[2];
+        if (load_object(specs, nmissing, created, &f) == 0) {
+            for (int j = 0; j < nmissing; j++) {
+                out[missing[j]] = created[j];
+            }
+        }
+    }
+    PyMutex_Unlock(&registry_lock);
+    if (f.type != NULL) {
+        raise_failure(&f);
+        return -1;
+    }
+    return 0;
+}
