@@ -52,36 +52,6 @@
  * str -> C string, without allocation
  * ------------------------------------------------------------------------ */
 
-static size_t
-encode_utf8_char(Py_UCS4 ch, char *out)
-{
-    if (ch < 0x80) {
-        out[0] = (char)ch;
-        return 1;
-    }
-    if (ch < 0x800) {
-        out[0] = (char)(0xc0 | (ch >> 6));
-        out[1] = (char)(0x80 | (ch & 0x3f));
-        return 2;
-    }
-    if (ch >= 0xd800 && ch <= 0xdfff) {
-        /* Lone surrogate: not encodable in UTF-8. */
-        out[0] = '?';
-        return 1;
-    }
-    if (ch < 0x10000) {
-        out[0] = (char)(0xe0 | (ch >> 12));
-        out[1] = (char)(0x80 | ((ch >> 6) & 0x3f));
-        out[2] = (char)(0x80 | (ch & 0x3f));
-        return 3;
-    }
-    out[0] = (char)(0xf0 | (ch >> 18));
-    out[1] = (char)(0x80 | ((ch >> 12) & 0x3f));
-    out[2] = (char)(0x80 | ((ch >> 6) & 0x3f));
-    out[3] = (char)(0x80 | (ch & 0x3f));
-    return 4;
-}
-
 const char *
 _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
 {
@@ -107,7 +77,7 @@ _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
     size_t pos = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         char tmp[4];
-        size_t n = encode_utf8_char(PyUnicode_READ(kind, data, i), tmp);
+        size_t n = _PyDTrace_EncodeUTF8Char(PyUnicode_READ(kind, data, i), tmp);
         if (pos + n >= size) {
             /* Truncate at a character boundary, keep room for the NUL. */
             break;

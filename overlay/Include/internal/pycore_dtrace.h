@@ -45,6 +45,39 @@ extern "C" {
 
 struct _PyInterpreterFrame;
 
+/* The UTF-8 bytes of one code point into *out* (room for 4); a lone
+ * surrogate, which UTF-8 cannot encode, becomes '?'.  Inline, so that the
+ * _usdt extension (Modules/_usdt/), which cannot link to the interpreter's
+ * hidden symbols, encodes strings for its probes by the same rule. */
+static inline size_t
+_PyDTrace_EncodeUTF8Char(Py_UCS4 ch, char *out)
+{
+    if (ch < 0x80) {
+        out[0] = (char)ch;
+        return 1;
+    }
+    if (ch < 0x800) {
+        out[0] = (char)(0xc0 | (ch >> 6));
+        out[1] = (char)(0x80 | (ch & 0x3f));
+        return 2;
+    }
+    if (ch >= 0xd800 && ch <= 0xdfff) {
+        out[0] = '?';
+        return 1;
+    }
+    if (ch < 0x10000) {
+        out[0] = (char)(0xe0 | (ch >> 12));
+        out[1] = (char)(0x80 | ((ch >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (ch & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (ch >> 18));
+    out[1] = (char)(0x80 | ((ch >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((ch >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (ch & 0x3f));
+    return 4;
+}
+
 /* Size of the buffers used to convert non-ASCII str objects. */
 #define _PyDTrace_STRBUF_SIZE 256
 

@@ -3,6 +3,7 @@
  */
 
 #include "Python.h"
+#include "pycore_dtrace.h"        // _PyDTrace_EncodeUTF8Char()
 
 #include <stddef.h>
 #include <stdint.h>
@@ -122,39 +123,6 @@ types_tuple(const char *types)
  * Firing
  * ------------------------------------------------------------------------ */
 
-/* The UTF-8 bytes of one code point into *out*, with the rule of the
- * interpreter's own probes (_PyDTrace_StrAsUTF8() in
- * Python/pydtrace_probes.c, which this shared module cannot link to): a
- * lone surrogate, which UTF-8 cannot encode, becomes '?'. */
-static size_t
-encode_utf8(Py_UCS4 ch, char *out)
-{
-    if (ch < 0x80) {
-        out[0] = (char)ch;
-        return 1;
-    }
-    if (ch < 0x800) {
-        out[0] = (char)(0xc0 | (ch >> 6));
-        out[1] = (char)(0x80 | (ch & 0x3f));
-        return 2;
-    }
-    if (ch >= 0xd800 && ch <= 0xdfff) {
-        out[0] = '?';
-        return 1;
-    }
-    if (ch < 0x10000) {
-        out[0] = (char)(0xe0 | (ch >> 12));
-        out[1] = (char)(0x80 | ((ch >> 6) & 0x3f));
-        out[2] = (char)(0x80 | (ch & 0x3f));
-        return 3;
-    }
-    out[0] = (char)(0xf0 | (ch >> 18));
-    out[1] = (char)(0x80 | ((ch >> 12) & 0x3f));
-    out[2] = (char)(0x80 | ((ch >> 6) & 0x3f));
-    out[3] = (char)(0x80 | (ch & 0x3f));
-    return 4;
-}
-
 #define STRBUF_SIZE 256
 
 /* A NUL-terminated UTF-8 copy of the str *s*: its own data if it is ASCII,
@@ -187,7 +155,7 @@ str_as_utf8(PyObject *s, char *buf, char **heap)
     }
     size_t pos = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
-        pos += encode_utf8(PyUnicode_READ(kind, data, i), out + pos);
+        pos += _PyDTrace_EncodeUTF8Char(PyUnicode_READ(kind, data, i), out + pos);
     }
     out[pos] = '\0';
     return out;
