@@ -2,6 +2,10 @@
  * type (see usdt.h).
  */
 
+#ifndef Py_BUILD_CORE_BUILTIN
+#  define Py_BUILD_CORE_MODULE 1    /* for pycore_dtrace.h */
+#endif
+
 #include "Python.h"
 #include "pycore_dtrace.h"        // _PyDTrace_EncodeUTF8Char()
 
