@@ -9,8 +9,12 @@ import time
 
 from analyze import MIN_ROUNDS_JUDGED
 from common import HERE, MIN_HITS, ROLES, T_START, log, present_roles
+import usdt_module
 
 ANALYSIS = os.path.join(HERE, "analysis.md")
+# bench/usdt_module.py's results, next to the results JSON (docs/): the report's
+# section "The usdt module (unarmed)".
+USDT_MODULE_JSON = "usdt-module-bench.json"
 
 
 def pct(r, digits=2):
@@ -37,6 +41,14 @@ def repo_rel(data):
     return lambda path: repo_relative(path, repo)
 
 
+def busy_load(m):
+    """The highest 1-min load average of a run's machine facts m (start, end)."""
+    try:
+        return max(float(m["loadavg_at_start"].split()[0]), float(m["loadavg_at_end"].split()[0]))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return 0.0
+
+
 def render_header(data, title, driver, json_rel):
     """Markdown lines: the title, where the report comes from, the machine and the run
     (with a warning if the machine was busy), and the table of interpreters."""
@@ -55,10 +67,7 @@ def render_header(data, title, driver, json_rel):
     L.append(f"- command: `{rel(m['command'])}`")
     L.append(f"- mode: {c['mode']}; total run time {data.get('duration_s', 0):.0f} s; load average "
              f"at end: {m.get('loadavg_at_end')}")
-    try:
-        busy = max(float(m["loadavg_at_start"].split()[0]), float(m["loadavg_at_end"].split()[0]))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        busy = 0.0
+    busy = busy_load(m)
     if busy > 0.5 * (m.get("nproc") or 1):
         L.append(f"- **warning: the machine was busy (1-min load average up to {busy:.2f} on "
                  f"{m.get('nproc')} CPUs); wall-time figures are dominated by that noise. The "
@@ -86,7 +95,10 @@ def ms_cell(row, role):
             f"{row[role + '_max_ns'] / 1e6:.1f}]")
 
 
-def render_md(data, json_rel, png_rel):
+def render_md(data, json_rel, png_rel, usdt=None):
+    """The report.  usdt: (bench/usdt_module.py's results or None, their path
+    relative to the report) for the section "The usdt module (unarmed)", which
+    says how to measure it when the results are None; no section without usdt."""
     a = data["analysis"]
     m = data["machine"]
     c = data["config"]
@@ -202,12 +214,82 @@ def render_md(data, json_rel, png_rel):
         # Hand-written: why a target is missed, and what the numbers mean.
         with open(ANALYSIS) as f:
             L.append(f.read().rstrip() + "\n")
+    if usdt is not None:
+        L.extend(render_usdt_module(*usdt))
     if png_rel:
         L.append("## Plot\n")
         L.append(f"![per-workload ratios]({png_rel})\n")
     L.append("## Raw data\n")
     L.append(f"All raw samples, interpreter versions and configuration: [`{json_rel}`]({json_rel}).\n")
     return "\n".join(L) + "\n"
+
+
+def usdt_module_targets(rows):
+    """The targets of bench/usdt_module.py's rows, in words."""
+    return "; ".join(f"`{stmt}` at most {target} ns over `{base}`"
+                     for stmt, base, target in rows if target is not None)
+
+
+def render_usdt_module(bench, json_rel):
+    """Markdown lines of the section "The usdt module (unarmed)": bench/usdt_module.py's
+    results bench (at json_rel, relative to the report), or how to measure them when
+    bench is None."""
+    L = ["## The usdt module (unarmed)\n"]
+    L.append("What the probes that Python code defines with the `usdt` module "
+             "(`docs/usdt-module.md`) cost while no tracer is attached, measured by "
+             "`bench/usdt_module.py`: each statement under `timeit` in a child process of "
+             "the interpreter, the statements interleaved, several runs of many loops; "
+             "*median* and *min* are ns per loop over the runs, and the median of the "
+             "*baseline* (`pass`: the loop's own cost; or the same call undecorated) is "
+             "subtracted.  Targets (issue 11), judged on that difference: "
+             + usdt_module_targets(bench["rows"] if bench else usdt_module.ROWS) + ".\n")
+    if bench is None:
+        L.append(f"Not measured: there is no `{USDT_MODULE_JSON}` next to the results JSON.  "
+                 "From the repository root, on an idle machine:\n")
+        L.append("```sh")
+        L.append("/usr/bin/python3.11 bench/usdt_module.py build/obj/python "
+                 f"--out-json docs/{USDT_MODULE_JSON}")
+        L.append("/usr/bin/python3.11 bench/run.py --render-only docs/performance.json "
+                 "--out-md docs/performance.md --out-png docs/performance.png")
+        L.append("```\n")
+        return L
+    m = bench["machine"]
+    c = bench["config"]
+    i = bench["interpreter"]
+    rel = lambda path: repo_relative(path, m.get("repo") or m.get("cwd"))
+    L.append(f"- date: {m['date_utc']}; machine: `{m['uname']}`")
+    L.append(f"- CPU: {m['cpu_model']} ({m['nproc']} logical CPUs); load average at start: "
+             f"{m.get('loadavg_at_start')}, at end: {m.get('loadavg_at_end')}")
+    busy = busy_load(m)
+    if busy > 0.5 * (m.get("nproc") or 1):
+        L.append(f"- **warning: the machine was busy (1-min load average up to {busy:.2f} on "
+                 f"{m.get('nproc')} CPUs); these figures are dominated by that noise.**")
+    L.append(f"- command: `{rel(m['command'])}`")
+    L.append(f"- interpreter: `{rel(i['path'])}` ({i['version']}, {i['build']} build); "
+             f"{c['repeat']} runs of {c['number']:,} loops per statement")
+    L.append("")
+    L.extend(usdt_module.table(bench))
+    L.append("")
+    L.append(f"Raw samples: [`{json_rel}`]({json_rel}).\n")
+    return L
+
+
+def render_md_for(args):
+    """render_md with the section "The usdt module (unarmed)", from the file
+    USDT_MODULE_JSON next to the results JSON (args.out_json, read when the report is
+    written: --render-only sets it)."""
+    def md(data, json_rel, png_rel):
+        usdt = None
+        if args.out_json and args.out_md:
+            path = os.path.join(os.path.dirname(os.path.abspath(args.out_json)),
+                                USDT_MODULE_JSON)
+            bench = None
+            if os.path.exists(path):
+                with open(path) as f:
+                    bench = json.load(f)
+            usdt = (bench, os.path.relpath(path, os.path.dirname(os.path.abspath(args.out_md))))
+        return render_md(data, json_rel, png_rel, usdt)
+    return md
 
 
 def verdict_row(t):

@@ -36,7 +36,8 @@ from analyze import (TARGET_ARMED_NS, TARGET_INSTR_GEOMEAN, TARGET_INSTR_MAX,
 from armed import ARMED_CASES, measure_armed
 from common import OPTIONAL_ROLES, ROLES, log, parse_pythons, workload_path
 from measure import machine_info, measure_unarmed
-from render import finish, log_verdicts, render_md, render_only  # noqa: F401 (render_md: tests)
+from render import (finish, log_verdicts, render_md, render_md_for,  # noqa: F401 (tests:
+                    render_only, render_usdt_module)               # render_md, render_usdt_module)
 
 ALL_WORKLOADS = [
     "recursion", "methods", "closures", "generators", "coroutines", "exceptions",
@@ -97,7 +98,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.render_only:
-        render_only(args, analyze)
+        render_only(args, analyze, render_md_for(args))
         return 0
     interps = parse_pythons(args.python, ROLES, OPTIONAL_ROLES)
     mode = "quick" if args.quick else "full"
@@ -119,7 +120,7 @@ def main(argv=None):
         t = time.monotonic()
         data["armed"] = measure_armed(interps, cfg)
         data["armed"]["duration_s"] = time.monotonic() - t
-    an = finish(data, args, analyze)
+    an = finish(data, args, analyze, render_md_for(args))
     log_verdicts(an.get("verdict", []) + an.get("frame_pointers", {}).get("verdict", []))
     log(f"done in {data['duration_s']:.0f} s")
     return 0

@@ -13,17 +13,30 @@ On the interpreter PYTHON, with timeit in a child process:
 Each statement runs REPEAT times NUMBER loops; the table gives the median
 and the minimum ns per loop, and the median minus that of `pass` (the
 loop's own cost) or of the undecorated call.  Targets (issue 11): `if
-probe:` at most 30 ns, a traced call at most 50 ns over a plain one.
+probe:` at most 30 ns, a traced call at most 50 ns over a plain one; the
+verdicts are computed from the medians.
+
+--out-json FILE writes the raw samples, the machine and the targets;
+bench/render.py renders docs/performance.md's section "The usdt module
+(unarmed)" from docs/usdt-module-bench.json, the file next to
+docs/performance.json (bench/README.md, "Standalone benchmarks").
 
 usage: python3 bench/usdt_module.py PYTHON [--repeat N] [--number N]
-                                           [--out-md FILE]
+                                           [--out-md FILE] [--out-json FILE]
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from measure import machine_info  # noqa: E402
 
 CHILD = r"""
 import json, sys, timeit, usdt
@@ -84,28 +97,50 @@ def measure(python, repeat, number):
     return json.loads(proc.stdout)
 
 
-def render(python, version, results, repeat, number):
-    median = {stmt: statistics.median(ns) for stmt, ns in results.items()}
-    lines = [
-        "usdt module, unarmed: `%s` (%s), %d runs of %d loops, ns per loop"
-        % (python, version, repeat, number),
-        "",
-        "| statement | median | min | over | = | target |",
-        "|---|---:|---:|---|---:|---|",
-    ]
-    for stmt, base, target in ROWS:
+def summarize(bench):
+    """The rows and verdicts of a result (the --out-json data): [{stmt,
+    median, min, base, extra, target, met}], met None without a target."""
+    samples = bench["samples_ns"]
+    median = {stmt: statistics.median(ns) for stmt, ns in samples.items()}
+    rows = []
+    for stmt, base, target in bench["rows"]:
         extra = median[stmt] - median[base]
-        if target is None:
-            verdict = ""
+        rows.append({"stmt": stmt, "median": median[stmt],
+                     "min": min(samples[stmt]), "base": base, "extra": extra,
+                     "target": target,
+                     "met": None if target is None else extra <= target})
+    return rows
+
+
+def table(bench):
+    """Markdown lines: the table of a result, its verdicts in the last
+    column."""
+    lines = ["| statement | median ns | min ns | baseline "
+             "| median − baseline, ns | target | result |",
+             "|---|---:|---:|---|---:|---|---|"]
+    for r in summarize(bench):
+        if r["target"] is None:
+            target = result = ""
         else:
-            verdict = "≤ %d: %s" % (target, "met" if extra <= target
-                                    else "**not met**")
-        lines.append("| `%s` | %.1f | %.1f | `%s` | %+.1f | %s |"
-                     % (stmt, median[stmt], min(results[stmt]), base, extra,
-                        verdict))
-    lines.append("| `pass` | %.1f | %.1f | | | |"
-                 % (median["pass"], min(results["pass"])))
-    return "\n".join(lines) + "\n"
+            target = "≤ %d ns" % r["target"]
+            result = "met" if r["met"] else "**MISSED**"
+        lines.append("| `%s` | %.1f | %.1f | `%s` | %+.1f | %s | %s |"
+                     % (r["stmt"], r["median"], r["min"], r["base"],
+                        r["extra"], target, result))
+    samples = bench["samples_ns"]["pass"]
+    lines.append("| `pass` | %.1f | %.1f | | | | |"
+                 % (statistics.median(samples), min(samples)))
+    return lines
+
+
+def render(bench):
+    i = bench["interpreter"]
+    c = bench["config"]
+    return "\n".join([
+        "usdt module, unarmed: `%s` (%s, %s), %d runs of %d loops, ns per "
+        "loop" % (i["path"], i["version"], i["build"], c["repeat"],
+                  c["number"]),
+        "", *table(bench)]) + "\n"
 
 
 def main():
@@ -114,18 +149,36 @@ def main():
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--number", type=int, default=1_000_000)
     parser.add_argument("--out-md")
+    parser.add_argument("--out-json")
     args = parser.parse_args()
+    python = os.path.abspath(args.python)
+    machine = machine_info({}, {})
+    del machine["interpreters"]
     version = subprocess.run(
-        [args.python, "-c", "import sys; print(sys.version.split()[0], "
+        [python, "-c", "import sys; print(sys.version.split()[0]); print("
          "'free-threaded' if hasattr(sys, '_is_gil_enabled') and not "
          "sys._is_gil_enabled() else 'GIL')"],
-        capture_output=True, text=True).stdout.strip()
-    results = measure(args.python, args.repeat, args.number)
-    table = render(args.python, version, results, args.repeat, args.number)
-    sys.stdout.write(table)
+        capture_output=True, text=True).stdout.split()
+    if len(version) != 2:
+        sys.exit("%s does not run" % python)
+    samples = measure(python, args.repeat, args.number)
+    machine["loadavg_at_end"] = open("/proc/loadavg").read().strip()
+    bench = {"schema": 1, "kind": "usdt_module", "machine": machine,
+             "interpreter": {"path": python, "version": version[0],
+                             "build": version[1]},
+             "config": {"repeat": args.repeat, "number": args.number},
+             # (statement, baseline, target in ns over the baseline or None)
+             "rows": [list(row) for row in ROWS],
+             "samples_ns": samples}
+    text = render(bench)
+    sys.stdout.write(text)
     if args.out_md:
         with open(args.out_md, "w") as f:
-            f.write(table)
+            f.write(text)
+    if args.out_json:
+        with open(args.out_json, "w") as f:
+            json.dump(bench, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,13 @@ has the repository somewhere else.
 
 bench/release.py renders its report the same way, from results made up
 here, and judges them by the criterion its report states.
+
+The report's section "The usdt module (unarmed)" comes from
+bench/usdt_module.py's results, docs/usdt-module-bench.json when it exists:
+its verdicts follow the targets recorded there.
 """
 
+import argparse
 import importlib.util
 import json
 import os
@@ -21,6 +26,7 @@ BENCH_RUN = os.path.join(TOP, "bench", "run.py")
 BENCH_RELEASE = os.path.join(TOP, "bench", "release.py")
 RESULTS = os.path.join(TOP, "docs", "performance.json")
 REPORT = os.path.join(TOP, "docs", "performance.md")
+USDT_MODULE_RESULTS = os.path.join(TOP, "docs", "usdt-module-bench.json")
 # Where the results below pretend to have been made.
 ELSEWHERE = "/srv/some.where/else+deep/cpython-usdt.checkout"
 
@@ -77,6 +83,100 @@ class PerformanceReport(unittest.TestCase):
                 self.assertFalse(path.startswith(".."), info["path"])
                 self.assertRegex(report, r"\| %s \| `%s` "
                                  % (role, re.escape(path)))
+
+
+    def test_committed_report_is_rendered_from_the_results(self):
+        # bench/run.py --render-only docs/performance.json --out-md
+        # docs/performance.md gives the committed report, with the usdt
+        # module's section (from docs/usdt-module-bench.json, or saying how
+        # to measure it).
+        run_py = bench_run()
+        args = argparse.Namespace(out_json=RESULTS, out_md=REPORT)
+        data = json.loads(json.dumps(self.results))
+        data["analysis"] = run_py.analyze(data)
+        report = run_py.render_md_for(args)(data, "performance.json",
+                                            "performance.png")
+        with open(REPORT) as f:
+            self.assertEqual(report, f.read(),
+                             "docs/performance.md is not what bench/run.py "
+                             "renders from docs/performance.json: re-render it "
+                             "(bench/README.md, --render-only)")
+        self.assertIn("\n## The usdt module (unarmed)\n", report)
+        if not os.path.exists(USDT_MODULE_RESULTS):
+            self.assertIn("Not measured: there is no `usdt-module-bench.json`",
+                          report)
+
+
+def usdt_module_results(extra):
+    """Results as bench/usdt_module.py --out-json writes them, made in a
+    checkout at ELSEWHERE: each statement's samples are `pass`'s, plus
+    extra[statement] ns, plus its baseline's."""
+    rows = [["if probe: pass", "pass", 30], ["obj.attr", "pass", None],
+            ["traced(1)", "plain(1)", 50], ["plain(1)", "pass", None]]
+    base = {"pass": None, "if probe: pass": "pass", "obj.attr": "pass",
+            "plain(1)": "pass", "traced(1)": "plain(1)"}
+
+    def level(stmt):
+        return 10.0 if base[stmt] is None else level(base[stmt]) + extra[stmt]
+    samples = {stmt: [level(stmt) + d for d in (0.5, 0.0, 2.0)]
+               for stmt in base}
+    return {"schema": 1, "kind": "usdt_module",
+            "machine": {"uname": "Linux test", "cpu_model": "test CPU",
+                        "nproc": 2, "date_utc": "2026-01-01 00:00:00 UTC",
+                        "loadavg_at_start": "0.10 0.10 0.10 1/80 1",
+                        "loadavg_at_end": "0.20 0.10 0.10 1/80 2",
+                        "command": "/usr/bin/python3.11 bench/usdt_module.py "
+                                   + ELSEWHERE + "/build/obj/python",
+                        "cwd": ELSEWHERE, "repo": ELSEWHERE},
+            "interpreter": {"path": ELSEWHERE + "/build/obj/python",
+                            "version": "3.13.5", "build": "GIL"},
+            "config": {"repeat": 3, "number": 1000},
+            "rows": rows, "samples_ns": samples}
+
+
+class UsdtModuleSection(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.render = staticmethod(bench_run().render_usdt_module)
+
+    def section(self, bench):
+        return "\n".join(self.render(bench, "usdt-module-bench.json"))
+
+    def test_verdicts_follow_the_recorded_targets(self):
+        bench = usdt_module_results({"if probe: pass": 12.0, "obj.attr": 8.0,
+                                     "plain(1)": 30.0, "traced(1)": 61.0})
+        section = self.section(bench)
+        self.assertIn("| `if probe: pass` | 22.5 | 22.0 | `pass` | +12.0 "
+                      "| ≤ 30 ns | met |", section)
+        self.assertIn("| `traced(1)` | 101.5 | 101.0 | `plain(1)` | +61.0 "
+                      "| ≤ 50 ns | **MISSED** |", section)
+        self.assertIn("| `obj.attr` | 18.5 | 18.0 | `pass` | +8.0 |  |  |",
+                      section)
+        self.assertIn("`if probe: pass` at most 30 ns over `pass`", section)
+        # Another target recorded: another verdict.
+        bench["rows"][0][2] = 10
+        bench["rows"][2][2] = 61
+        section = self.section(bench)
+        self.assertIn("+12.0 | ≤ 10 ns | **MISSED** |", section)
+        self.assertIn("+61.0 | ≤ 61 ns | met |", section)
+        self.assertIn("`if probe: pass` at most 10 ns over `pass`", section)
+
+    def test_paths_relative(self):
+        section = self.section(usdt_module_results(
+            {"if probe: pass": 1.0, "obj.attr": 1.0, "plain(1)": 1.0,
+             "traced(1)": 1.0}))
+        self.assertNotIn(ELSEWHERE, section)
+        self.assertIn("- interpreter: `build/obj/python` (3.13.5, GIL build)",
+                      section)
+        self.assertIn("[`usdt-module-bench.json`](usdt-module-bench.json)",
+                      section)
+
+    def test_not_measured(self):
+        section = self.section(None)
+        self.assertIn("Not measured", section)
+        self.assertIn("bench/usdt_module.py build/obj/python --out-json "
+                      "docs/usdt-module-bench.json", section)
 
 
 RELEASE_PATHS = {"P1": "build/release-pristine-fp/python",
