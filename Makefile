@@ -68,7 +68,13 @@ build: deps $(B)/obj/usdt-configure-flags
 # The release interpreter, build/release/python: upstream's PGO + LTO
 # (--enable-optimizations --with-lto), with everything the default build
 # carries.  About 30 minutes on 2 cores (docs/release.md).
+# GCC refuses profile data older than the sources (-Werror=coverage-
+# mismatch), so a tree whose sources moved since its training run is
+# trained again: CPython's profile-removal drops the data and the stamp.
 release: deps $(B)/release/usdt-configure-flags
+	if [ -e $(B)/release/profile-run-stamp ] && \
+	   [ $(B)/stamps/prepare -nt $(B)/release/profile-run-stamp ]; then \
+		$(MAKE) -C $(B)/release profile-removal; fi
 	$(call make_tree,$(B)/release)
 $(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
 	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(B)/release $(CURDIR)/$(B)/src
