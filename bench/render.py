@@ -49,6 +49,17 @@ def busy_load(m):
         return 0.0
 
 
+def busy_warning(m, consequence):
+    """The Markdown line warning that a run's machine (facts m) was busy, its 1-min load
+    average above half its CPUs, with consequence (what that does to the figures); or
+    None."""
+    busy = busy_load(m)
+    if busy > 0.5 * (m.get("nproc") or 1):
+        return (f"- **warning: the machine was busy (1-min load average up to {busy:.2f} on "
+                f"{m.get('nproc')} CPUs); {consequence}**")
+    return None
+
+
 def render_header(data, title, driver, json_rel):
     """Markdown lines: the title, where the report comes from, the machine and the run
     (with a warning if the machine was busy), and the table of interpreters."""
@@ -67,11 +78,10 @@ def render_header(data, title, driver, json_rel):
     L.append(f"- command: `{rel(m['command'])}`")
     L.append(f"- mode: {c['mode']}; total run time {data.get('duration_s', 0):.0f} s; load average "
              f"at end: {m.get('loadavg_at_end')}")
-    busy = busy_load(m)
-    if busy > 0.5 * (m.get("nproc") or 1):
-        L.append(f"- **warning: the machine was busy (1-min load average up to {busy:.2f} on "
-                 f"{m.get('nproc')} CPUs); wall-time figures are dominated by that noise. The "
-                 "instruction counts are unaffected.**")
+    warning = busy_warning(m, "wall-time figures are dominated by that noise. The "
+                              "instruction counts are unaffected.")
+    if warning:
+        L.append(warning)
     L.append(f"- tools: {m['valgrind']}; {m['bpftrace']}; {m['gcc']}")
     L.append("")
     L.append("| role | interpreter | version | configure args |")
@@ -256,14 +266,13 @@ def render_usdt_module(bench, json_rel):
     m = bench["machine"]
     c = bench["config"]
     i = bench["interpreter"]
-    rel = lambda path: repo_relative(path, m.get("repo") or m.get("cwd"))
+    rel = repo_rel(bench)
     L.append(f"- date: {m['date_utc']}; machine: `{m['uname']}`")
     L.append(f"- CPU: {m['cpu_model']} ({m['nproc']} logical CPUs); load average at start: "
              f"{m.get('loadavg_at_start')}, at end: {m.get('loadavg_at_end')}")
-    busy = busy_load(m)
-    if busy > 0.5 * (m.get("nproc") or 1):
-        L.append(f"- **warning: the machine was busy (1-min load average up to {busy:.2f} on "
-                 f"{m.get('nproc')} CPUs); these figures are dominated by that noise.**")
+    warning = busy_warning(m, "these figures are dominated by that noise.")
+    if warning:
+        L.append(warning)
     L.append(f"- command: `{rel(m['command'])}`")
     L.append(f"- interpreter: `{rel(i['path'])}` ({i['version']}, {i['build']} build); "
              f"{c['repeat']} runs of {c['number']:,} loops per statement")

@@ -53,6 +53,20 @@ def stop(proc):
             pipe.close()
 
 
+def run_gdb(commands, *args, timeout=300):
+    """Run gdb -batch with the gdb commands *commands* (text, from a temporary
+    command file) on the program args (gdb --args), under LC_ALL=C.UTF-8 so
+    that gdb prints non-ASCII strings as they are; the CompletedProcess,
+    its output as bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "commands.gdb")
+        with open(path, "w") as f:
+            f.write(commands)
+        return subprocess.run(["gdb", "-batch", "-nx", "-x", path, "--args",
+                               *args], capture_output=True, timeout=timeout,
+                              env=dict(os.environ, LC_ALL="C.UTF-8"))
+
+
 def perf_map_path(pid):
     """The perf map a process writes while its perf trampoline is on."""
     return "/tmp/perf-%d.map" % pid

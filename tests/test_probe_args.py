@@ -9,11 +9,9 @@ semaphores like any tracer.
 
 import os
 import shutil
-import subprocess
-import tempfile
 import unittest
 
-from support import PYTHON
+from support import PYTHON, run_gdb
 
 NAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                      "probe_names.py")
@@ -44,14 +42,7 @@ class ProbeArgumentsTest(unittest.TestCase):
     def setUpClass(cls):
         if shutil.which("gdb") is None:
             raise unittest.SkipTest("gdb not found (apt-get install gdb)")
-        with tempfile.TemporaryDirectory() as tmp:
-            script = os.path.join(tmp, "commands.gdb")
-            with open(script, "w") as f:
-                f.write(GDB_SCRIPT)
-            proc = subprocess.run(
-                ["gdb", "-batch", "-nx", "-x", script, "--args", PYTHON,
-                 NAMES], capture_output=True, timeout=300,
-                env=dict(os.environ, LC_ALL="C.UTF-8"))
+        proc = run_gdb(GDB_SCRIPT, PYTHON, NAMES)
         out = proc.stdout.decode("utf-8")
         cls.entries = [line.split("\t")[1:] for line in out.splitlines()
                        if line.startswith("ENTRY\t")]

@@ -31,8 +31,8 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, require_bpftrace, run, stapsdt_notes,
-                     start, stop)
+from support import (Bpftrace, PYTHON, require_bpftrace, run, run_gdb,
+                     stapsdt_notes, start, stop)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 AGENT = os.path.join(DATA, "usdt_agent.py")
@@ -381,32 +381,46 @@ class TracedTest(TracerTest):
         self.assertEqual(agent.finish()[0], 0)
 
 
-FORK_SCRIPT = """
+# The start of FORK_SCRIPT and ORPHAN_SCRIPT, whose child process a test
+# traces; a step that outlasts the timeout exits the child (3, 5 or 4).
+TRACED_CHILD_PROLOGUE = """
 import os, select, sys, time, usdt
+
+def wait_synced(probes, sync):
+    # Wait until probes and sync are armed, then fire sync until the test
+    # has seen bpftrace's output for it (it writes a line on stdin).
+    # Returns the deadline for the child's other steps.
+    deadline = time.monotonic() + %(timeout)d
+    while not (all(probes) and sync):
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.01)
+    while not select.select([sys.stdin], [], [], 0.01)[0]:
+        sync()
+        if time.monotonic() > deadline:
+            sys.exit(5)
+    sys.stdin.readline()
+    return deadline
+
+def wait_disarmed(probe, deadline):
+    while probe:
+        if time.monotonic() > deadline:
+            sys.exit(4)
+        time.sleep(0.01)
+"""
+
+FORK_SCRIPT = TRACED_CHILD_PROLOGUE + """
 p = usdt.Probe("forktest", "hit", (int, str))
 done = usdt.Probe("forktest", "done", ())
 sync = usdt.Probe("testsync", "sync", ())
 print(p.path, done.path, flush=True)
 child = os.fork()
 if child == 0:
-    deadline = time.monotonic() + %(timeout)d
-    while not (p and done and sync):
-        if time.monotonic() > deadline:
-            sys.exit(3)
-        time.sleep(0.01)
-    # Fire sync until the test has seen bpftrace's output for it.
-    while not select.select([sys.stdin], [], [], 0.01)[0]:
-        sync()
-        if time.monotonic() > deadline:
-            sys.exit(5)
-    sys.stdin.readline()
+    deadline = wait_synced([p, done], sync)
     for i in range(5):
         p(i, "child %%d" %% os.getpid())
     done()
-    while p:
-        if time.monotonic() > deadline:
-            sys.exit(4)
-        time.sleep(0.01)
+    wait_disarmed(p, deadline)
     # A normal exit, which must leave the parent's files alone.
     sys.exit(0)
 print(child, flush=True)
@@ -452,29 +466,16 @@ class ForkTest(TracerTest):
         self.assertFalse(os.path.exists(os.path.dirname(path)))
 
 
-ORPHAN_SCRIPT = """
-import os, select, sys, time, usdt
+ORPHAN_SCRIPT = TRACED_CHILD_PROLOGUE + """
 tick = usdt.Probe("orphantest", "tick", (int,))
 sync = usdt.Probe("orphantest", "sync", ())
 if os.fork():
     sys.exit(0)         # the parent's exit removes its files
 print(os.getpid(), flush=True)
-deadline = time.monotonic() + %(timeout)d
-while not (tick and sync):
-    if time.monotonic() > deadline:
-        sys.exit(3)
-    time.sleep(0.01)
-while not select.select([sys.stdin], [], [], 0.01)[0]:
-    sync()
-    if time.monotonic() > deadline:
-        sys.exit(5)
-sys.stdin.readline()
+deadline = wait_synced([tick], sync)
 for i in range(5):
     tick(i)
-while tick:
-    if time.monotonic() > deadline:
-        sys.exit(4)
-    time.sleep(0.01)
+wait_disarmed(tick, deadline)
 print("disarmed", flush=True)
 """
 
@@ -637,13 +638,7 @@ class GdbTest(unittest.TestCase):
             path = os.path.join(tmp, "script.py")
             with open(path, "w") as f:
                 f.write(script)
-            gdb_script = os.path.join(tmp, "commands.gdb")
-            with open(gdb_script, "w") as f:
-                f.write(commands)
-            proc = subprocess.run(
-                ["gdb", "-batch", "-nx", "-x", gdb_script, "--args", PYTHON,
-                 path], capture_output=True, timeout=300,
-                env=dict(os.environ, LC_ALL="C.UTF-8"))
+            proc = run_gdb(commands, PYTHON, path)
         out = proc.stdout.decode("utf-8", "replace")
         paths = re.search(r"^PATHS (\S+) (\S+)$", out, re.M)
         self.assertIsNotNone(paths, out + proc.stderr.decode())
