@@ -15,6 +15,10 @@ ANALYSIS = os.path.join(HERE, "analysis.md")
 # bench/usdt_module.py's results, next to the results JSON (docs/): the report's
 # section "The usdt module (unarmed)".
 USDT_MODULE_JSON = "usdt-module-bench.json"
+# The main report's results (make bench), next to which the others lie.
+MAIN_RESULTS_JSON = "performance.json"
+# bench/release.py's results, written by `make bench-release`.
+RELEASE_JSON = "performance-release.json"
 
 
 def pct(r, digits=2):
@@ -105,10 +109,12 @@ def ms_cell(row, role):
             f"{row[role + '_max_ns'] / 1e6:.1f}]")
 
 
-def render_md(data, json_rel, png_rel, usdt=None):
+def render_md(data, json_rel, png_rel, usdt=None, release=None):
     """The report.  usdt: (bench/usdt_module.py's results or None, their path
     relative to the report) for the section "The usdt module (unarmed)", which
-    says how to measure it when the results are None; no section without usdt."""
+    says how to measure it when the results are None; no section without usdt.
+    release: the same for bench/release.py's results and the section "Release
+    build"."""
     a = data["analysis"]
     m = data["machine"]
     c = data["config"]
@@ -226,6 +232,8 @@ def render_md(data, json_rel, png_rel, usdt=None):
             L.append(f.read().rstrip() + "\n")
     if usdt is not None:
         L.extend(render_usdt_module(*usdt))
+    if release is not None:
+        L.extend(render_release(*release))
     if png_rel:
         L.append("## Plot\n")
         L.append(f"![per-workload ratios]({png_rel})\n")
@@ -283,21 +291,54 @@ def render_usdt_module(bench, json_rel):
     return L
 
 
+def render_release(results, json_rel):
+    """Markdown lines of the section "Release build": the verdicts of
+    bench/release.py's results (at json_rel, relative to the report), whose own
+    report is the .md next to them; or how to measure them when results is None."""
+    md_rel = json_rel[:-len(".json")] + ".md"
+    L = ["## Release build (PGO + LTO)\n"]
+    L.append("The release build (`make release`) against pristine 3.13.5 built with the "
+             "same PGO + LTO flags and no `--with-dtrace`, built twice because PGO differs "
+             "from build to build (`make bench-release`, `bench/release.py`); the whole "
+             f"report: [`{md_rel}`]({md_rel}).\n")
+    if results is None:
+        L.append(f"Not measured: there is no `{RELEASE_JSON}` next to the results JSON; "
+                 "run `make bench-release` on an idle machine, then re-render this report.\n")
+        return L
+    L.append(f"- date: {results['machine']['date_utc']}\n")
+    L.append("| target | measured | result |")
+    L.append("|---|---|---|")
+    L.extend(verdict_row(t) for t in results["analysis"]["verdict"])
+    L.append("")
+    return L
+
+
+def sibling_results(args, name):
+    """(the JSON results in file name next to args.out_json, or None when there is
+    none, and its path relative to args.out_md)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(args.out_json)), name)
+    results = None
+    if os.path.exists(path):
+        with open(path) as f:
+            results = json.load(f)
+    return results, os.path.relpath(path, os.path.dirname(os.path.abspath(args.out_md)))
+
+
 def render_md_for(args):
-    """render_md with the section "The usdt module (unarmed)", from the file
-    USDT_MODULE_JSON next to the results JSON (args.out_json, read when the report is
-    written: --render-only sets it)."""
+    """render_md with, for the main report only, the sections "The usdt module
+    (unarmed)" and "Release build", from the files USDT_MODULE_JSON and RELEASE_JSON
+    next to the results JSON
+    (args.out_json, read when the report is written: --render-only sets it)."""
     def md(data, json_rel, png_rel):
-        usdt = None
-        if args.out_json and args.out_md:
-            path = os.path.join(os.path.dirname(os.path.abspath(args.out_json)),
-                                USDT_MODULE_JSON)
-            bench = None
-            if os.path.exists(path):
-                with open(path) as f:
-                    bench = json.load(f)
-            usdt = (bench, os.path.relpath(path, os.path.dirname(os.path.abspath(args.out_md))))
-        return render_md(data, json_rel, png_rel, usdt)
+        usdt = release = None
+        # Only the main report (make bench) gathers the other benchmarks'
+        # results; reports of other runs (make bench-framepointers-release)
+        # are about their own interpreters.
+        if (args.out_json and args.out_md
+                and os.path.basename(args.out_json) == MAIN_RESULTS_JSON):
+            usdt = sibling_results(args, USDT_MODULE_JSON)
+            release = sibling_results(args, RELEASE_JSON)
+        return render_md(data, json_rel, png_rel, usdt, release)
     return md
 
 
