@@ -224,6 +224,25 @@ class DriverTest(unittest.TestCase):
             self.assertRegex(f.read(),
                              r"(?m)^prefix=\s*/opt/cpython-usdt-elsewhere$")
 
+    def test_deb_refuses_a_tree_for_another_prefix(self):
+        # The prefix is compiled in: a package of a tree configured for
+        # another one would install an interpreter that looks elsewhere.
+        obj = os.path.join(self.tmp, "obj")
+        os.makedirs(obj)
+        with open(os.path.join(obj, "Makefile"), "w") as f:
+            f.write("prefix=\t\t/tmp/elsewhere\n")
+        with open(os.path.join(obj, "python"), "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(os.path.join(obj, "python"), 0o755)
+        proc = self.tool("deb", obj, os.path.join(self.tmp, "out"))
+        self.assertFailsWith(proc, "is configured for --prefix=/tmp/elsewhere, "
+                             "not /opt/cpython-usdt")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "out")))
+
+    def test_check_deb_without_a_package(self):
+        proc = self.tool("check-deb", os.path.join(self.tmp))
+        self.assertFailsWith(proc, "run tools/deb first")
+
     def test_bad_variant_values(self):
         obj = os.path.join(self.tmp, "obj")
         for name in ("SHARED", "OPTIMIZE", "DTRACE", "VARIANT",
