@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -224,6 +225,24 @@ class Bpftrace:
                 head, _, value = line.rpartition(": ")
                 name, _, keys = head[1:].partition("[")
                 yield name, keys[:-1].split(", ") if keys else [], int(value)
+
+    @staticmethod
+    def interrupt(proc, collect=True):
+        """Send SIGINT to the bpftrace process proc until it exits: bpftrace
+        0.17 misses about one SIGINT in five (and as many SIGTERMs), so
+        another follows each second, up to 10.  Returns (stdout, stderr) of
+        proc.communicate() when collect, else None (another thread reads
+        its output)."""
+        for _ in range(10):
+            proc.send_signal(signal.SIGINT)
+            try:
+                if collect:
+                    return proc.communicate(timeout=1)
+                proc.wait(timeout=1)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+        raise AssertionError("bpftrace ignored 10 SIGINTs")
 
     @staticmethod
     def errors(proc):

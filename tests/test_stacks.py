@@ -23,7 +23,6 @@ runner itself.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -237,17 +236,7 @@ class Marker:
     def disarm(self):
         """Stop bpftrace; the time.monotonic() the semaphore was seen back
         at its value before arm()."""
-        # bpftrace 0.17 misses about one SIGINT in five here (and as many
-        # SIGTERMs): send another after a second.
-        for _ in range(10):
-            self.tracer.send_signal(signal.SIGINT)
-            try:
-                out, err = self.tracer.communicate(timeout=1)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-        else:
-            raise AssertionError("bpftrace ignored 10 SIGINTs")
+        out, err = Bpftrace.interrupt(self.tracer)
         self.testcase.assertEqual(self.tracer.returncode, 0,
                                   Bpftrace.errors(err))
         deadline = time.monotonic() + 10

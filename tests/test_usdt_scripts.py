@@ -1244,17 +1244,7 @@ class PyprofileTest(UsdtScriptTestCase):
                                                       perf_map_path(pid)))
             time.sleep(0.05)
         time.sleep(self.SAMPLE_S)
-        # bpftrace 0.17 misses about one SIGINT in five (test_stacks.py):
-        # send another after a second.
-        for _ in range(10):
-            tracer.send_signal(signal.SIGINT)
-            try:
-                _, errors = tracer.communicate(timeout=1)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-        else:
-            self.fail("bpftrace ignored 10 SIGINTs")
+        _, errors = Bpftrace.interrupt(tracer)
         self.assertEqual(tracer.returncode, 0, Bpftrace.errors(errors))
         self.assertIsNone(workload.poll(), "the workload died while traced")
         with open(stacks) as f:
@@ -1467,17 +1457,7 @@ class HttpRoutesTest(UsdtScriptTestCase):
                                     paths)))
         self.assertEqual(statuses, {(path, status): n for path, _, status, n
                                     in self.REQUESTS})
-        # bpftrace 0.17 misses about one SIGINT in five (test_stacks.py):
-        # send another after a second.
-        for _ in range(10):
-            tracer.send_signal(signal.SIGINT)
-            try:
-                tracer.wait(timeout=1)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-        else:
-            self.fail("bpftrace ignored 10 SIGINTs")
+        Bpftrace.interrupt(tracer, collect=False)
         reader.join()
         output = "".join(iter(lines.get_nowait, ""))
         self.assertEqual(tracer.returncode, 0,
