@@ -104,7 +104,7 @@ def read_notes(f, path):
 
 
 class Mapping:
-    __slots__ = ("start", "end", "perms", "offset", "inode", "path")
+    __slots__ = ("start", "end", "perms", "offset", "file", "path")
 
     def __init__(self, line):
         fields = line.split(None, 5)
@@ -113,7 +113,9 @@ class Mapping:
         self.end = int(end, 16)
         self.perms = fields[1]
         self.offset = int(fields[2], 16)
-        self.inode = int(fields[4])
+        # A file is its device and inode: inode numbers repeat across
+        # file systems.
+        self.file = (fields[3], int(fields[4]))
         self.path = fields[5].rstrip("\n") if len(fields) == 6 else ""
 
 
@@ -131,7 +133,7 @@ def attach_path(pid, mapping):
     return mapping.path
 
 
-def semaphore_value(mem, pid, maps, inode, segments, semaphore):
+def semaphore_value(mem, maps, file, segments, semaphore):
     """The semaphore at *semaphore* (an address in the file) in the process,
     or "?" if it cannot be read."""
     for vaddr, offset, filesz in segments:
@@ -141,7 +143,7 @@ def semaphore_value(mem, pid, maps, inode, segments, semaphore):
     else:
         return "?"
     for m in maps:
-        if (m.inode == inode and "w" in m.perms
+        if (m.file == file and "w" in m.perms
                 and m.offset <= file_offset < m.offset + m.end - m.start):
             if mem is None:
                 return "?"
@@ -164,12 +166,12 @@ def process_probes(pid, everything):
     seen = set()
     try:
         for m in maps:
-            if not m.path.startswith("/") or m.inode in seen:
+            if not m.path.startswith("/") or m.file in seen:
                 continue
             if not everything and not MODULE_FILE.search(
                     m.path.removesuffix(" (deleted)")):
                 continue
-            seen.add(m.inode)
+            seen.add(m.file)
             path = attach_path(pid, m)
             try:
                 with open("/proc/%d/map_files/%x-%x" % (pid, m.start, m.end),
@@ -183,7 +185,7 @@ def process_probes(pid, everything):
                     continue
             for probe in probes:
                 value = ("-" if not probe.semaphore else
-                         semaphore_value(mem, pid, maps, m.inode, segments,
+                         semaphore_value(mem, maps, m.file, segments,
                                          probe.semaphore))
                 found.append((probe, value))
     finally:
