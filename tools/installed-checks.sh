@@ -12,6 +12,15 @@ system_python() {
     true
 }
 
+# system_python_unchanged BEFORE: system_python is what the file BEFORE
+# recorded earlier.
+system_python_unchanged() {
+    local now
+    now=$(system_python)
+    [ "$now" = "$(cat "$1")" ] ||
+        die "the system's python3 changed: $(diff "$1" <(printf '%s\n' "$now"))"
+}
+
 # count_calls OBJECT COMMAND...: bpftrace, attached to OBJECT (the file
 # holding the probes), counts the calls of f that COMMAND makes.  Prints
 # the count, or "skip: <bpftrace's reason>", or "no count: <output>".

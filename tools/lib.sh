@@ -43,6 +43,17 @@ Refusing to unpack it.  Remove it or pass the genuine tarball."
     fi
 }
 
+# The Debian package of tools/deb, checked by tools/check-deb: its name,
+# where it installs, and deb_file DIR ARCH: its file in DIR (load_pin
+# first).
+# shellcheck disable=SC2034  # used by tools/deb and tools/check-deb
+PACKAGE=cpython-usdt
+# shellcheck disable=SC2034
+PACKAGE_PREFIX=/opt/cpython-usdt
+deb_file() {
+    printf '%s/%s_%s_%s.deb\n' "$1" "$PACKAGE" "$PIN_RELEASE" "$2"
+}
+
 # Deterministic git identity and dates for the scratch trees, so that the
 # same inputs always give the same commits.
 export GIT_AUTHOR_NAME=cpython-usdt GIT_AUTHOR_EMAIL=build@cpython-usdt.invalid
