@@ -80,9 +80,10 @@ $(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamp
 	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(B)/release $(CURDIR)/$(B)/src
 
 # The README's test command: build facts, our tests, test_dtrace and a
-# bpftrace smoke test, then the regrtest subset, armed and unarmed, then an
-# install into a temporary prefix (which leaves build/obj configured for
-# it: the next `make` reconfigures).
+# bpftrace smoke test, then the regrtest subset, armed and unarmed, then
+# the .deb of build/obj installed and removed, then installs into temporary
+# prefixes, static and shared (which leave build/obj and build/obj-shared
+# configured for them: the next `make` reconfigures).
 check: build
 	tools/check $(B)/obj
 	tools/regrtest $(B)/obj subset
@@ -125,7 +126,7 @@ $(B)/obj-ft/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps
 	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(B)/obj-ft $(CURDIR)/$(B)/src
 
 check-freethreading: deps $(B)/obj-ft/usdt-configure-flags
-	$(MAKE) -C $(B)/obj-ft -j$(NPROC)
+	$(call make_tree,$(B)/obj-ft)
 	tools/check $(B)/obj-ft
 
 install: build
@@ -188,18 +189,14 @@ $(B)/bench-upstream/python: $(PRISTINE_INPUTS)
 # The frame pointers' cost where it matters most, in release builds (PGO +
 # LTO, as python.org and the distributions build): pristine without dtrace,
 # with (FP) and without (NOFP) frame pointers; docs/framepointers-release.md.
-$(B)/release-pristine-fp/python: $(PRISTINE_INPUTS)
+# release-pristine-fp2 is the same as release-pristine-fp, built a second
+# time: PGO's training run differs from build to build, and the two give
+# the noise that the release comparison must stay within (bench-release).
+$(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python: \
+		$(B)/%/python: $(PRISTINE_INPUTS)
 	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(B)/release-pristine-fp $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/release-pristine-fp -j$(NPROC)
-
-# The same as release-pristine-fp, built a second time: PGO's training run
-# differs from build to build, and the two give the noise that the release
-# comparison must stay within (bench-release).
-$(B)/release-pristine-fp2/python: $(PRISTINE_INPUTS)
-	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(B)/release-pristine-fp2 $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/release-pristine-fp2 -j$(NPROC)
+		tools/configure $(B)/$* $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/$* -j$(NPROC)
 
 $(B)/release-pristine-nofp/python: $(PRISTINE_INPUTS)
 	DTRACE=no FRAME_POINTERS=no OPTIMIZE=release PREFIX=$(PREFIX) \
