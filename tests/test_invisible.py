@@ -300,6 +300,15 @@ class Watcher(unittest.TestCase):
     def test_named(self):
         self.assertEqual(self.threads(), ["python", "py-usdt-watch"])
 
+    def test_fork(self):
+        # The watcher is held still across fork(), never stopped and
+        # re-created: the kernel can go on counting a joined thread for a
+        # moment, and os.fork() warns when it counts more than one.
+        proc = run([PYTHON, "-W", "error::DeprecationWarning", WORKLOAD,
+                    "fork"])
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+        self.assertEqual(proc.stdout, "watchers 1 same True\n")
+
     def test_off_switches(self):
         env = dict(os.environ, PYTHONDTRACEWATCH="0")
         self.assertEqual(self.threads(env=env), ["python"])

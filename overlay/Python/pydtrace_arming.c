@@ -223,6 +223,8 @@ static struct {
     .cond = PTHREAD_COND_INITIALIZER,   /* re-made by init_cond() */
 };
 
+static void watcher_atfork_child(void);
+
 /* Called with watcher.mutex held. */
 static struct watched_interp *
 find_interp(PyInterpreterState *interp)
@@ -303,10 +305,6 @@ wait_interval(void)
 static void *
 watcher_main(void *Py_UNUSED(arg))
 {
-#ifdef __linux__
-    /* Named so that ps -L and top -H show what it is. */
-    (void)pthread_setname_np(pthread_self(), "py-usdt-watch");
-#endif
     PyInterpreterState *main_interp = _PyInterpreterState_Main();
     pthread_mutex_lock(&watcher.mutex);
     while (!watcher.stop) {
@@ -355,6 +353,11 @@ watcher_start(void)
         pthread_sigmask(SIG_BLOCK, &all, &old);
         if (pthread_create(&watcher.thread, NULL, watcher_main, NULL) == 0) {
             watcher.running = 1;
+#ifdef __linux__
+            /* Named so that ps -L and top -H show what it is, from the
+             * moment this function returns. */
+            (void)pthread_setname_np(watcher.thread, "py-usdt-watch");
+#endif
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
@@ -427,6 +430,13 @@ _PyDTrace_Init(PyThreadState *tstate)
         if (enabled < 0) {
             return _PyStatus_ERR(bad);
         }
+        static int atfork_registered;   /* once per process */
+        if (!atfork_registered) {
+            if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {
+                return _PyStatus_NO_MEMORY();
+            }
+            atfork_registered = 1;
+        }
         pthread_mutex_lock(&watcher.mutex);
         if (!watcher.running) {
             init_cond();
@@ -482,26 +492,47 @@ _PyDTrace_Fini(PyInterpreterState *interp)
     }
 }
 
+/* fork() keeps the watcher thread: PyOS_BeforeFork() calls this once the
+ * world is stopped and before it takes the runtime's HEAD_LOCK (which the
+ * watcher needs while it schedules a pending call in the free-threaded
+ * build), and holds watcher.mutex until PyOS_AfterFork_Parent().  So the
+ * watcher is idle, never inside a poll, at fork().
+ *
+ * Stopping and re-creating the thread instead left a window: pthread_join()
+ * returns before the kernel has released the joined thread, so the
+ * "multi-threaded" check of os.fork(), which reads the thread count from
+ * /proc/self/stat, could still count it and warn. */
 void
 _PyDTrace_BeforeFork(void)
 {
-    watcher_stop();
+    pthread_mutex_lock(&watcher.mutex);
 }
 
 void
 _PyDTrace_AfterForkParent(void)
 {
-    watcher_start();
+    pthread_mutex_unlock(&watcher.mutex);
 }
 
-void
-_PyDTrace_AfterForkChild(void)
+/* pthread_atfork() child handler: runs inside fork(), before anything in
+ * the child can take watcher.mutex (PyOS_AfterFork_Child() may run Python
+ * code and pending calls before _PyDTrace_AfterForkChild()), and after a
+ * fork() that bypassed PyOS_BeforeFork() too.  The child has no watcher
+ * thread, so the lock and condition variable are made anew. */
+static void
+watcher_atfork_child(void)
 {
-    /* The thread was joined before fork(); only re-create the sync
-     * primitives in case fork() happened without PyOS_BeforeFork(). */
     pthread_mutex_init(&watcher.mutex, NULL);
     init_cond();
     watcher.running = 0;
+    watcher.exited = 0;
+}
+
+/* Called at the end of PyOS_AfterFork_Child(). */
+void
+_PyDTrace_AfterForkChild(void)
+{
+    pthread_mutex_lock(&watcher.mutex);
     /* The child only keeps the main interpreter (its other interpreters
      * were deleted without Py_EndInterpreter()), and pending calls of the
      * parent are gone. */
@@ -521,6 +552,7 @@ _PyDTrace_AfterForkChild(void)
             PyMem_RawFree(w);
         }
     }
+    pthread_mutex_unlock(&watcher.mutex);
     watcher_start();
 }
 

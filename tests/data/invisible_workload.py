@@ -124,6 +124,39 @@ def case_threads():
             print("thread", f.read().strip())
 
 
+def watcher_tids():
+    import os
+    tids = []
+    for tid in os.listdir("/proc/self/task"):
+        with open("/proc/self/task/%s/comm" % tid) as f:
+            if f.read().strip() == "py-usdt-watch":
+                tids.append(tid)
+    return tids
+
+
+def case_fork():
+    """Fork repeatedly, as a child too: the watcher thread stays the same
+    across fork() in the parent, each child has its own, and os.fork()
+    never counts it (run under -W error::DeprecationWarning)."""
+    import os
+    before = watcher_tids()
+    for _ in range(100):
+        pid = os.fork()
+        if pid == 0:
+            code = 0 if len(watcher_tids()) == 1 else 3
+            if code == 0:
+                grandchild = os.fork()
+                if grandchild == 0:
+                    os._exit(0)
+                code = os.waitstatus_to_exitcode(
+                    os.waitpid(grandchild, 0)[1])
+            os._exit(code)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if status != 0:
+            print("child exit", status)
+    print("watchers", len(before), "same", watcher_tids() == before)
+
+
 def c_workload(rounds=1):
     """C calls, C calls that raise, re-raises and exception groups: what the
     cfunction__* and exception__* probes report."""
