@@ -924,6 +924,39 @@ class FilesTest(unittest.TestCase):
                 self.assertFalse(os.path.exists(path))
                 self.assertFalse(os.path.exists(os.path.dirname(path)))
 
+    def test_fork_while_threads_make_probes(self):
+        # Threads keep making probes while the main thread forks: a child
+        # must never start with the registry's lock held (in the
+        # free-threaded build a PyMutex waiter could be handed it during
+        # the stop-the-world of os.fork(), and every such child hung).
+        proc = python("""
+            import os, signal, threading, usdt
+            stop = False
+            def make(k):
+                i = 0
+                while not stop:
+                    usdt.Probe("forkstress%d" % k, "p%d" % (i % 50), (int,))
+                    i += 1
+            threads = [threading.Thread(target=make, args=(k,))
+                       for k in range(3)]
+            for t in threads:
+                t.start()
+            failed = 0
+            for _ in range(300):
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(30)    # a hung child must not stay behind
+                    usdt.Probe("forkstress", "child", (int,))(1)
+                    os._exit(0)
+                failed += os.waitpid(pid, 0)[1] != 0
+            stop = True
+            for t in threads:
+                t.join()
+            print("failed", failed)
+            """, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout, "failed 0\n")
+
     def test_tmpdir(self):
         with tempfile.TemporaryDirectory() as tmp:
             proc = python("""

@@ -273,8 +273,8 @@ _PyUsdt_ProbeFromSite(PyTypeObject *type, const struct site *site)
     self->vectorcall = probe_vectorcall;
     self->semaphore = site->semaphore;
     self->site = site;
-    self->provider = PyUnicode_InternFromString(site->provider);
-    self->name = PyUnicode_InternFromString(site->name);
+    self->provider = PyUnicode_FromString(site->provider);
+    self->name = PyUnicode_FromString(site->name);
     self->types = types_tuple(site->types);
     self->path = PyUnicode_DecodeFSDefault(site->object->path);
     if (self->provider == NULL || self->name == NULL || self->types == NULL

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,8 +21,14 @@
 #include "usdt.h"
 
 /* Everything below is shared by all interpreters and threads, and guarded
- * by registry_lock. */
-static PyMutex registry_lock;
+ * by registry_lock.  A pthread mutex, not a PyMutex: a thread waiting for a
+ * PyMutex detaches from the interpreter and can be handed the lock while
+ * the world is stopped for os.fork() in the free-threaded build, so the
+ * child started with the lock held and hung at its first probe or at exit.
+ * A thread waiting here stays attached, so fork() waits until no thread
+ * holds the lock (nothing under it detaches or runs Python code). */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static int atfork_registered;
 static struct site **sites;
 static size_t site_count, site_capacity;
 static struct object **objects;
@@ -38,7 +45,7 @@ static void
 remove_files(void)
 {
     pid_t pid = getpid();
-    PyMutex_Lock(&registry_lock);
+    pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < object_count; i++) {
         if (objects[i]->owner == pid) {
             (void)unlink(objects[i]->path);
@@ -48,7 +55,16 @@ remove_files(void)
         (void)rmdir(directory);
         directory_owner = 0;
     }
-    PyMutex_Unlock(&registry_lock);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* pthread_atfork() child handler: the child has one thread, so the lock is
+ * free in it even if a fork() that bypassed os.fork() (a C library's)
+ * happened while another thread held it. */
+static void
+registry_atfork_child(void)
+{
+    pthread_mutex_init(&registry_lock, NULL);
 }
 
 static struct site *
@@ -277,7 +293,15 @@ _PyUsdt_GetSites(const char *provider, const char *const *names,
     int nmissing = 0;
     assert(count <= 2);
 
-    PyMutex_Lock(&registry_lock);
+    pthread_mutex_lock(&registry_lock);
+    if (!atfork_registered) {
+        if (pthread_atfork(NULL, NULL, registry_atfork_child) != 0) {
+            pthread_mutex_unlock(&registry_lock);
+            PyErr_NoMemory();
+            return -1;
+        }
+        atfork_registered = 1;
+    }
     for (int i = 0; i < count; i++) {
         struct site *site = find_site(provider, names[i]);
         if (site == NULL) {
@@ -304,7 +328,7 @@ _PyUsdt_GetSites(const char *provider, const char *const *names,
             }
         }
     }
-    PyMutex_Unlock(&registry_lock);
+    pthread_mutex_unlock(&registry_lock);
     if (f.type != NULL) {
         raise_failure(&f);
         return -1;
