@@ -71,21 +71,8 @@ _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
     if (buf == NULL || size == 0) {
         return UNKNOWN;
     }
-    int kind = PyUnicode_KIND(s);
-    const void *data = PyUnicode_DATA(s);
-    Py_ssize_t len = PyUnicode_GET_LENGTH(s);
-    size_t pos = 0;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        char tmp[4];
-        size_t n = _PyDTrace_EncodeUTF8Char(PyUnicode_READ(kind, data, i), tmp);
-        if (pos + n >= size) {
-            /* Truncate at a character boundary, keep room for the NUL. */
-            break;
-        }
-        memcpy(buf + pos, tmp, n);
-        pos += n;
-    }
-    buf[pos] = '\0';
+    (void)_PyDTrace_EncodeUTF8(PyUnicode_KIND(s), PyUnicode_DATA(s),
+                               PyUnicode_GET_LENGTH(s), buf, size);
     return buf;
 }
 

@@ -78,6 +78,30 @@ _PyDTrace_EncodeUTF8Char(Py_UCS4 ch, char *out)
     return 4;
 }
 
+/* The UTF-8 bytes of the *len* code points of *kind* at *data* into *out*
+ * (*size* bytes, at least 1), NUL-terminated, cut at the last whole
+ * character that fits; the length written.  Shared by the interpreter's
+ * probes (_PyDTrace_StrAsUTF8()) and the _usdt extension, which sizes *out*
+ * so that nothing is cut. */
+static inline size_t
+_PyDTrace_EncodeUTF8(int kind, const void *data, Py_ssize_t len, char *out,
+                     size_t size)
+{
+    size_t pos = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        char tmp[4];
+        size_t n = _PyDTrace_EncodeUTF8Char(PyUnicode_READ(kind, data, i),
+                                            tmp);
+        if (pos + n >= size) {
+            break;
+        }
+        memcpy(out + pos, tmp, n);
+        pos += n;
+    }
+    out[pos] = '\0';
+    return pos;
+}
+
 /* Size of the buffers used to convert non-ASCII str objects. */
 #define _PyDTrace_STRBUF_SIZE 256
 

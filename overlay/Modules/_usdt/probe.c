@@ -7,7 +7,7 @@
 #endif
 
 #include "Python.h"
-#include "pycore_dtrace.h"        // _PyDTrace_EncodeUTF8Char()
+#include "pycore_dtrace.h"        // _PyDTrace_EncodeUTF8()
 
 #include <stddef.h>
 #include <stdint.h>
@@ -146,22 +146,21 @@ str_as_utf8(PyObject *s, char *buf, char **heap)
     /* Latin-1 characters take at most 2 bytes, others at most 4. */
     size_t most = kind == PyUnicode_1BYTE_KIND ? 2 : 4;
     char *out = buf;
+    size_t size = STRBUF_SIZE;
     if ((size_t)len >= (STRBUF_SIZE - 1) / most) {
         if ((size_t)len > (PY_SSIZE_T_MAX - 1) / most) {
             PyErr_NoMemory();
             return NULL;
         }
-        out = *heap = PyMem_Malloc((size_t)len * most + 1);
+        size = (size_t)len * most + 1;
+        out = *heap = PyMem_Malloc(size);
         if (out == NULL) {
             PyErr_NoMemory();
             return NULL;
         }
     }
-    size_t pos = 0;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        pos += _PyDTrace_EncodeUTF8Char(PyUnicode_READ(kind, data, i), out + pos);
-    }
-    out[pos] = '\0';
+    /* The buffer holds every character: nothing is cut. */
+    (void)_PyDTrace_EncodeUTF8(kind, data, len, out, size);
     return out;
 }
 
@@ -171,7 +170,7 @@ static int
 fire(const struct site *site, PyObject *const *args, Py_ssize_t nargs,
      PyObject *kwnames)
 {
-    Py_ssize_t ntypes = (Py_ssize_t)strlen(site->types);
+    Py_ssize_t ntypes = site->ntypes;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
         PyErr_Format(PyExc_TypeError,
                      "probe %s:%s takes no keyword arguments",

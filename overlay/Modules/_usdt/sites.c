@@ -264,6 +264,7 @@ load_object(struct elf_probe *specs, int count, struct site **out,
         strcpy(site->provider, specs[i].provider);
         strcpy(site->name, specs[i].name);
         strcpy(site->types, specs[i].types);
+        site->ntypes = (Py_ssize_t)strlen(site->types);
         site->object = object;
         site->semaphore = (uint16_t *)(map->l_addr + specs[i].semaphore);
         site->stub = (stub_func)(map->l_addr + specs[i].stub);

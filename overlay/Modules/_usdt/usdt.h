@@ -124,6 +124,7 @@ struct site {
     char provider[MAX_PROVIDER + 1];
     char name[MAX_NAME + 1];
     char types[MAX_ARGS + 1];
+    Py_ssize_t ntypes;          /* strlen(types), for the calls */
     const struct object *object;
     uint16_t *semaphore;
     stub_func stub;
