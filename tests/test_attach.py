@@ -96,6 +96,20 @@ class AttachTest(unittest.TestCase):
             self.assertIsNone(proc.poll(), "workload died while traced")
         self.finish(proc)
 
+    def test_attach_forked_child(self):
+        # The child of os.fork() has a watcher of its own, started by
+        # PyOS_AfterFork_Child() with a lock made anew by the atfork
+        # handler: a tracer attached to the child turns its probes on.
+        require_bpftrace(self)
+        proc = self.start("forked")
+        with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
+            children = f.read().split()
+        self.assertEqual(len(children), 1, children)
+        entry, ret = self.count_pairs(int(children[0]), 2)
+        self.assertGreater(entry, 1000, (entry, ret))
+        self.assertLessEqual(abs(entry - ret), 2 * 3 * 3, (entry, ret))
+        self.finish(proc)
+
     def test_line_events_start_at_the_next_poll(self):
         # From the moment the tracer arms the line probe's semaphore (what
         # the watcher polls once a second) to the first line event, in

@@ -1,8 +1,10 @@
 """A long-running workload for attach/detach tests.
 
-usage: attach_workload.py threaded|loop SECONDS|-
+usage: attach_workload.py threaded|loop|forked SECONDS|-
 
 threaded: three threads call small functions in a loop.
+forked:   the same in a child made by os.fork() first thing; the parent
+          only waits for it, so a tracer must attach to the child.
 loop:     the main thread sits in one long loop of plain statements (no
           calls), so only line events can show that tracing began.
 It prints "ready" once it is running, and "done <n>" when it ends: after
@@ -63,6 +65,12 @@ def stop_at_eof(stopped):
 
 if __name__ == "__main__":
     mode, seconds = sys.argv[1], sys.argv[2]
+    if mode == "forked":
+        import os
+        child = os.fork()
+        if child != 0:
+            sys.exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+        mode = "threaded"
     # Appended to (never called) when it is time to stop.
     stopped = []
     if seconds == "-":
