@@ -98,6 +98,31 @@ class BuildFactsTest(unittest.TestCase):
                                  "%s (needs %s): %s"
                                  % (module, package, proc.stderr))
 
+    def test_stdlib_module_names(self):
+        # The usdt package and its extension are standard library modules
+        # of this build, and the patched Python/stdlib_module_names.h is
+        # what CPython's generator writes for the built interpreter.
+        proc = run([PYTHON, "-c", "import sys; print(sorted({'usdt', "
+                    "'_usdt'} & sys.stdlib_module_names))"])
+        self.assertEqual(proc.stdout, "['_usdt', 'usdt']\n", proc.stderr)
+        proc = run([PYTHON, "-c", "import sysconfig; "
+                    "print(sysconfig.get_config_var('srcdir'))"])
+        srcdir = proc.stdout.strip()
+        generator = os.path.join(srcdir, "Tools", "build",
+                                 "generate_stdlib_module_names.py")
+        # The generator runs in the build directory (it reads
+        # pybuilddir.txt there), so an installed interpreter is skipped.
+        builddir = os.path.dirname(PYTHON)
+        if not (os.path.exists(generator) and os.path.exists(
+                os.path.join(builddir, "pybuilddir.txt"))):
+            self.skipTest("%s is not in a build tree with its sources"
+                          % PYTHON)
+        proc = run([PYTHON, generator], cwd=builddir)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(srcdir, "Python",
+                               "stdlib_module_names.h")) as f:
+            self.assertEqual(proc.stdout, f.read())
+
 
 if __name__ == "__main__":
     unittest.main()
