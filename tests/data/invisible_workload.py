@@ -117,21 +117,23 @@ def case_modules():
             print("module", name, code.co_filename)
 
 
-def case_threads():
+def threads():
+    """[(tid, name)] of this process's threads, by tid."""
     import os
+    found = []
     for tid in sorted(os.listdir("/proc/self/task")):
         with open("/proc/self/task/%s/comm" % tid) as f:
-            print("thread", f.read().strip())
+            found.append((tid, f.read().strip()))
+    return found
+
+
+def case_threads():
+    for _, name in threads():
+        print("thread", name)
 
 
 def watcher_tids():
-    import os
-    tids = []
-    for tid in os.listdir("/proc/self/task"):
-        with open("/proc/self/task/%s/comm" % tid) as f:
-            if f.read().strip() == "py-usdt-watch":
-                tids.append(tid)
-    return tids
+    return [tid for tid, name in threads() if name == "py-usdt-watch"]
 
 
 def case_fork():
