@@ -78,19 +78,22 @@ class Lines:
                 self.queue.put(line)
         self.queue.put(None)
 
-    def wait_for(self, wanted, timeout):
-        """True once the line `wanted` came, False at EOF or timeout."""
+    def first(self, wanted, timeout):
+        """The first line for which wanted(line) is true; None at EOF or
+        timeout."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = self.queue.get(
                     timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                return False
-            if line is None:
-                return False
-            if line == wanted:
-                return True
+                return None
+            if line is None or wanted(line):
+                return line
+
+    def wait_for(self, wanted, timeout):
+        """True once the line `wanted` came, False at EOF or timeout."""
+        return self.first(lambda line: line == wanted, timeout) is not None
 
 
 class Workload:
@@ -138,6 +141,17 @@ class Workload:
         if not self.out.wait_for("marked %s" % name, 30):
             raise SystemExit("the workload did not answer mark %s" % name)
         return name
+
+    def specialization(self):
+        """{opname: count} of the workload's functions right now
+        (stacks_workload.py's "spec")."""
+        self.proc.stdin.write("spec\n")
+        self.proc.stdin.flush()
+        line = self.out.first(lambda line: line.startswith("spec "), 30)
+        if line is None:
+            raise SystemExit("the workload did not answer spec")
+        return {op: int(n) for op, _, n in
+                (item.partition("=") for item in line.split()[1:])}
 
     def listed(self, what):
         """Call the function for `what`: is it in the perf map?"""
@@ -280,7 +294,7 @@ def phase(work, seconds):
         raise SystemExit("only %d rounds in a %g s phase" % (len(rounds),
                                                             seconds))
     size, lines, marks = work.map_size()
-    return {"t0_ns": t0, "t1_ns": t1,
+    return {"t0_ns": t0, "t1_ns": t1, "spec": work.specialization(),
             "end_ns": [e - t0 for e, _ in rounds],
             "round_ns": [d for _, d in rounds],
             "rss_kb": work.rss_kb(), "perf_map_bytes": size,
@@ -465,6 +479,14 @@ def analyse(control, cycles):
     return overall
 
 
+def spec_change(base, now):
+    """The opnames whose counts differ between base and now, as text."""
+    changed = ["%s %+d" % (op, now.get(op, 0) - base.get(op, 0))
+               for op in sorted(set(base) | set(now))
+               if now.get(op, 0) != base.get(op, 0)]
+    return ", ".join(changed) or "none"
+
+
 def render(result):
     cfg = result["config"]
     control = result["control"]
@@ -606,6 +628,26 @@ def render(result):
     lines += ["", "Growth of cycle 1 is from the end of its *before* phase, "
               "of later cycles from the end of the previous *after*.",
               ""]
+    base = cycles[0]["before"]["spec"]
+    lines += [
+        "## Specialization across cycles", "",
+        "The workload's own instructions (%s), quickened as the "
+        "interpreter left them at the end of each phase "
+        "(`dis.get_instructions(adaptive=True)`), against cycle 1's "
+        "*before* phase: %s.  While the trampoline is on, Python-to-Python "
+        "calls do not specialize; an *after* phase that differs from "
+        "*before* would show call sites left slow by the disarm."
+        % (", ".join("`%s`" % f for f in FUNCTIONS),
+           ", ".join("%s %d" % kv for kv in sorted(base.items())
+                     if kv[0].startswith("CALL"))),
+        "", "| cycle | phase | instructions unlike cycle 1 before |",
+        "|---|---|---|"]
+    for cycle, p, d in ([("–", "control", control)]
+                        + [(c["cycle"], p, c[p])
+                           for c in cycles for p in PHASES]):
+        lines.append("| %s | %s | %s |" % (cycle, p,
+                                           spec_change(base, d["spec"])))
+    lines.append("")
     lines += ["All round times are in `%s`." % result["json"], ""]
     return "\n".join(lines)
 

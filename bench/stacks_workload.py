@@ -20,6 +20,10 @@ Its standard input takes one command per line, read by a second thread:
                  source, so that its first call while the trampoline is on
                  lists "py::NAME:<stacks-mark>" in /tmp/perf-PID.map; then
                  writes "marked NAME"
+    spec         writes "spec OPNAME=COUNT ...": how many instructions of
+                 the workload's own functions are, at this moment, each
+                 (specialized) instruction; CALL sites that the trampoline
+                 left unspecialized show up as CALL, for instance
 
 The driver uses marks to see whether the trampoline is on: the workload's
 own functions are listed once, at the first arming, and never again.
@@ -27,6 +31,7 @@ When its standard input closes, it finishes the round and exits; SIGALRM
 ends it after LIMIT_S seconds (default 600) whatever the driver does.
 """
 
+import dis
 import os
 import signal
 import sys
@@ -75,6 +80,20 @@ def one_round(calls):
     return total
 
 
+# The functions whose specialization "spec" reports, as stacks.py's
+# FUNCTIONS names them.
+TIMED = (one_round, outer, middle, inner, leaf,
+         Vec.__init__, Vec.add, Vec.dot)
+
+
+def specialization():
+    counts = {}
+    for function in TIMED:
+        for ins in dis.get_instructions(function, adaptive=True):
+            counts[ins.opname] = counts.get(ins.opname, 0) + 1
+    return " ".join("%s=%d" % kv for kv in sorted(counts.items()))
+
+
 def say(line):
     # One write(2) per line: below PIPE_BUF, so lines from the two threads
     # never mix.
@@ -96,6 +115,8 @@ def commands(stop):
                 marks[name] = types.FunctionType(code, {})
             marks[name]()
             say("marked %s" % name)
+        elif verb == "spec" and not name:
+            say("spec " + specialization())
     stop.set()
 
 

@@ -383,29 +383,33 @@ class StacksTest(unittest.TestCase):
         workload.finish()
 
     def test_disarm(self):
-        # Off again after the tracer leaves, and on again for the next one.
+        # Off again after the tracer leaves, and on again for the next one,
+        # over several cycles: each arming makes the call sites fail to
+        # specialize again, and each disarm must still give the fast path
+        # back (the specializer's backoff grows with every failure).
         workload = Workload(self)
         unarmed = workload.ask("calls")
         self.assertEqual(unarmed, SPECIALIZED)
         marker = self.arm(workload)
-        self.assertTrue(workload.call("fresh_1"))
-        # With the trampoline's frame evaluator installed, CALL_PY_EXACT_ARGS
-        # deoptimizes, and the specializer leaves plain CALLs.
-        workload.wait_calls(["CALL", "CALL"], 10)
-        disarmed = marker.disarm()
-        time.sleep(max(0, disarmed + NOTICE_S - time.monotonic()))
-        self.assertFalse(workload.call("fresh_2"),
-                         "the trampoline is still on %d s after the tracer "
-                         "left" % NOTICE_S)
-        # Without the evaluator the calls specialize again as before: the
-        # interpreter's fast path is back.
-        workload.wait_calls(unarmed, 15)
-        rearmed = marker.arm()
-        time.sleep(max(0, rearmed + NOTICE_S - time.monotonic()))
-        self.assertTrue(workload.call("fresh_3"),
-                        "no name %d s after the marker was armed again"
-                        % NOTICE_S)
-        marker.disarm()
+        for cycle in range(1, 4):
+            if cycle > 1:
+                rearmed = marker.arm()
+                time.sleep(max(0, rearmed + NOTICE_S - time.monotonic()))
+            self.assertTrue(workload.call("fresh_%d" % (2 * cycle - 1)),
+                            "no name %d s after arming (cycle %d)"
+                            % (NOTICE_S, cycle))
+            # With the trampoline's frame evaluator installed,
+            # CALL_PY_EXACT_ARGS deoptimizes, and the specializer leaves
+            # plain CALLs.
+            workload.wait_calls(["CALL", "CALL"], 10)
+            disarmed = marker.disarm()
+            time.sleep(max(0, disarmed + NOTICE_S - time.monotonic()))
+            self.assertFalse(workload.call("fresh_%d" % (2 * cycle)),
+                             "the trampoline is still on %d s after the "
+                             "tracer left (cycle %d)" % (NOTICE_S, cycle))
+            # Without the evaluator the calls specialize again as before:
+            # the interpreter's fast path is back.
+            workload.wait_calls(unarmed, 15)
         workload.finish()
 
     def test_program_trampoline_kept(self):
