@@ -175,14 +175,15 @@ patch-export:
 
 # Benchmarks (docs/performance.md): (A) pristine without --with-dtrace,
 # (B) pristine with it, both built by the same driver and flags as (C) ours,
-# frame pointers included; (U) pristine built the upstream way, without
-# dtrace or frame pointers, for the cost of the frame pointers.
+# frame pointers and -fno-gcse included; (U) pristine built the upstream
+# way, without dtrace, frame pointers or -fno-gcse, for what our build's
+# flags cost.
 $(B)/bench-nodtrace/python: $(PRISTINE_INPUTS)
 	DTRACE=no PREFIX=$(PREFIX) tools/configure $(B)/bench-nodtrace $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/bench-nodtrace -j$(NPROC)
 
 $(B)/bench-upstream/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no PREFIX=$(PREFIX) \
+	DTRACE=no FRAME_POINTERS=no GCSE=yes PREFIX=$(PREFIX) \
 		tools/configure $(B)/bench-upstream $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/bench-upstream -j$(NPROC)
 
@@ -199,7 +200,7 @@ $(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python: \
 	$(MAKE) -C $(B)/$* -j$(NPROC)
 
 $(B)/release-pristine-nofp/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no OPTIMIZE=release PREFIX=$(PREFIX) \
+	DTRACE=no FRAME_POINTERS=no GCSE=yes OPTIMIZE=release PREFIX=$(PREFIX) \
 		tools/configure $(B)/release-pristine-nofp $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/release-pristine-nofp -j$(NPROC)
 

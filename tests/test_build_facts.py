@@ -90,6 +90,17 @@ class BuildFactsTest(unittest.TestCase):
                  body.strip().splitlines()[:2]]
         self.assertEqual(first, [["push", "%rbp"], ["mov", "%rsp,%rbp"]])
 
+    def test_no_gcse_for_the_interpreter_only(self):
+        # The interpreter's own files are compiled with -fno-gcse, which
+        # pays for the frame pointers in the interpreter loop; C extensions
+        # built for it (sysconfig's CFLAGS) keep the compiler's default.
+        proc = run([PYTHON, "-c", "import sysconfig; "
+                    "print(sysconfig.get_config_var('PY_CFLAGS_NODIST')); "
+                    "print(sysconfig.get_config_var('CFLAGS'))"])
+        nodist, cflags = proc.stdout.splitlines()
+        self.assertIn("-fno-gcse", nodist.split())
+        self.assertNotIn("-fno-gcse", cflags.split())
+
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):
             with self.subTest(module=module):
