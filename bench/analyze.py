@@ -149,8 +149,9 @@ def analyze(data):
 
 def frame_pointers(instr, wall, samples, workloads):
     """Ratios against U (no frame pointers) and their verdicts against the PEP 831 bound:
-    A/U is the frame pointers' own cost (same pristine source, with vs without them),
-    C/U this project's whole build against upstream's default build."""
+    A/U is what our build's flags cost (same pristine source, with vs without frame
+    pointers and -fno-gcse), C/U this project's whole build against upstream's default
+    build."""
     wl_rows = [r for r in instr["rows"] if r["workload"] != "startup"]
     fp = {"bound": BOUND_FRAME_POINTERS,
           "median_U_spread": statistics.median(r["U_spread"] for r in wall["rows"]),

@@ -22,7 +22,8 @@ ROLE_DESC = {
     "A": "pristine 3.13.5, no --with-dtrace",
     "B": "pristine 3.13.5, --with-dtrace (stock)",
     "C": "cpython-usdt",
-    "U": "pristine 3.13.5, the upstream way: no --with-dtrace, no frame pointers",
+    "U": "pristine 3.13.5, the upstream way: no --with-dtrace, no frame pointers, "
+         "GCC's default GCSE",
 }
 
 T_START = time.monotonic()     # log() and the run's duration count from here

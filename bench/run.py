@@ -2,8 +2,9 @@
 """cpython-usdt benchmark driver.
 
 Compares three interpreters -- A (pristine, no dtrace), B (pristine --with-dtrace),
-C (cpython-usdt), all three with frame pointers -- and optionally a fourth, U (pristine
-built the upstream way: no dtrace, no frame pointers), in one run:
+C (cpython-usdt), all three with frame pointers and -fno-gcse -- and optionally a fourth,
+U (pristine built the upstream way: no dtrace, no frame pointers, GCC's default GCSE), in
+one run:
 
   1. instruction counts of every workload under valgrind/cachegrind (deterministic),
   2. interleaved wall-time rounds A,B,C[,U],A,B,C[,U],...,
@@ -80,7 +81,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", action="append", default=[], metavar="ROLE=PATH",
                    help="interpreter for role A, B or C (give all three), and optionally "
-                        "U (pristine without frame pointers)")
+                        "U (pristine built the upstream way)")
     p.add_argument("--out-json", default=os.path.join(HERE, "results", "results.json"))
     p.add_argument("--out-md", default=None, help="Markdown report, e.g. docs/performance.md")
     p.add_argument("--out-png", default=None)
