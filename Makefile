@@ -183,7 +183,7 @@ $(B)/bench-nodtrace/python: $(PRISTINE_INPUTS)
 	$(MAKE) -C $(B)/bench-nodtrace -j$(NPROC)
 
 $(B)/bench-upstream/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no GCSE=yes PREFIX=$(PREFIX) \
+	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no PREFIX=$(PREFIX) \
 		tools/configure $(B)/bench-upstream $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/bench-upstream -j$(NPROC)
 
@@ -200,7 +200,7 @@ $(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python: \
 	$(MAKE) -C $(B)/$* -j$(NPROC)
 
 $(B)/release-pristine-nofp/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no GCSE=yes OPTIMIZE=release PREFIX=$(PREFIX) \
+	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no OPTIMIZE=release PREFIX=$(PREFIX) \
 		tools/configure $(B)/release-pristine-nofp $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/release-pristine-nofp -j$(NPROC)
 

@@ -116,5 +116,29 @@ def parse_pythons(specs, required, optional=()):
     return {r: given[r] for r in allowed if r in given}
 
 
+RUN_AS_ROOT = "/tmp/usdt-bench/as"
+
+
+def same_length_paths(interps):
+    """{role: path} that runs each interpreter of interps through a directory symlink
+    RUN_AS_ROOT/<n>, n its position, so that every interpreter's sys.executable and
+    build directory strings have the same length.  Otherwise the lengths leak into the
+    heap's layout, and with it into the instruction counts of allocation-heavy
+    workloads, by several per cent (regex, between build/release-pristine-fp and
+    build/release-pristine-nofp; bench/analysis.md).  The source tree, and with it the
+    standard library's path, stays each build's own."""
+    os.makedirs(RUN_AS_ROOT, exist_ok=True)
+    if len(interps) > 10:
+        sys.exit("at most 10 interpreters")
+    out = {}
+    for n, (role, path) in enumerate(interps.items()):
+        link = os.path.join(RUN_AS_ROOT, str(n))
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(os.path.dirname(path), link)
+        out[role] = os.path.join(link, os.path.basename(path))
+    return out
+
+
 def workload_path(name):
     return os.path.join(WORKLOAD_DIR, name + ".py")

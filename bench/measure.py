@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from common import (ELAPSED_RE, REPO, ROLE_DESC, RUN_CWD, base_env, first_line, log,
-                    present_roles, pycache_prefix, sh, workload_path)
+                    present_roles, pycache_prefix, same_length_paths, sh, workload_path)
 
 
 # --------------------------------------------------------------------------- machine
@@ -209,7 +209,10 @@ def measure_wall(interps, workloads, scale, rounds):
 
 def measure_unarmed(data, interps, cfg, skip, repeat="A"):
     """The warm-up, then the instruction and wall-time phases not in skip, into data
-    ("instructions", "wall"); the further runs of repeat are "extra_<repeat>_repeats"."""
+    ("instructions", "wall"); the further runs of repeat are "extra_<repeat>_repeats".
+    Each interpreter runs through a path of the same length (data["run_as"])."""
+    interps = same_length_paths(interps)
+    data["run_as"] = interps
     warmup(interps, cfg["workloads"])
     if "instructions" not in skip:
         t = time.monotonic()

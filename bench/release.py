@@ -37,7 +37,7 @@ from analyze import (MIN_ROUNDS_JUDGED, TARGET_INSTR_GEOMEAN, bootstrap_ci, geom
 from common import log, parse_pythons
 from measure import machine_info, measure_unarmed
 from render import (finish, log_verdicts, ms_cell, pct, render_header, render_only,
-                    repo_rel, round_orders, verdict_row)
+                    repo_rel, round_orders, run_as_note, verdict_row)
 from run import MODES, mode_config
 
 ROLES = ("P1", "P2", "R")
@@ -230,7 +230,7 @@ def render_release_md(data, json_rel, png_rel=None):
              "`docs/performance.md`.  Ratios are *net* (workload count minus the `-c pass` "
              "start-up count of the same interpreter); the `startup` row is the gross start-up "
              "count.  *P1 noise* = (max−min)/min over the runs of P1 (P1 and P1′, plus extra "
-             "repeats where those two differ).\n")
+             "repeats where those two differ)." + run_as_note(data) + "\n")
     L.append("| workload | P1 instr | P2/P1 | R/P1 | R/P2 | R/P̄ | P1 noise | checksums |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in ins["rows"]:

@@ -101,6 +101,30 @@ class BuildFactsTest(unittest.TestCase):
         self.assertIn("-fno-gcse", nodist.split())
         self.assertNotIn("-fno-gcse", cflags.split())
 
+    def test_no_tracer_for_the_loop_only(self):
+        # Python/ceval.c, and no other file, is compiled with -fno-tracer
+        # (a Modules/Setup.local line that tools/configure writes): with PGO,
+        # the tracer costs the loop a register.  GCC records each file's
+        # options in its compile unit's DW_AT_producer.
+        proc = run(["readelf", "--debug-dump=info", "--dwarf-depth=1",
+                    PYTHON])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        units = {}
+        producer = None
+        for line in proc.stdout.splitlines():
+            if "DW_TAG_compile_unit" in line:
+                producer = None
+            elif "DW_AT_producer" in line:
+                producer = line.split("): ", 1)[-1].split()
+            elif "DW_AT_name" in line and producer is not None:
+                units[line.split("): ", 1)[-1].strip()] = producer
+        with_flag = sorted(name for name, options in units.items()
+                           if "-fno-tracer" in options)
+        self.assertEqual([os.path.relpath(name, os.path.dirname(
+                              os.path.dirname(name))) for name in with_flag],
+                         ["Python/ceval.c"], with_flag)
+        self.assertGreater(len(units), 100)
+
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):
             with self.subTest(module=module):
