@@ -204,16 +204,18 @@ $(B)/release-pristine-nofp/python: $(PRISTINE_INPUTS)
 		tools/configure $(B)/release-pristine-nofp $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/release-pristine-nofp -j$(NPROC)
 
-# Instructions and wall time only (the armed phase needs dtrace); A, B and
-# C are the same frame-pointer build, so only the Frame pointers section
-# (A/U) means anything.
-bench-framepointers-release: $(B)/release-pristine-fp/python \
+# Instructions and wall time only (the armed phase needs dtrace).  A and B
+# are the same pristine frame-pointer build (there is no pristine release
+# build --with-dtrace), C is ours (`make release`): the Frame pointers
+# section's A/U is what our flags cost, C/U what the release build users
+# install costs against upstream's default.
+bench-framepointers-release: release $(B)/release-pristine-fp/python \
 		$(B)/release-pristine-nofp/python
 	tools/deps bench
 	/usr/bin/python3.11 bench/run.py --skip armed \
 		--python A=$(B)/release-pristine-fp/python \
 		--python B=$(B)/release-pristine-fp/python \
-		--python C=$(B)/release-pristine-fp/python \
+		--python C=$(B)/release/python \
 		--python U=$(B)/release-pristine-nofp/python \
 		--out-json docs/framepointers-release.json \
 		--out-md docs/framepointers-release.md

@@ -150,7 +150,7 @@ def analyze(data):
 def frame_pointers(instr, wall, samples, workloads):
     """Ratios against U (no frame pointers) and their verdicts against the PEP 831 bound:
     A/U is what our build's flags cost (same pristine source, with vs without frame
-    pointers and -fno-gcse), C/U this project's whole build against upstream's default
+    pointers and the loop flags), C/U this project's whole build against upstream's default
     build."""
     wl_rows = [r for r in instr["rows"] if r["workload"] != "startup"]
     fp = {"bound": BOUND_FRAME_POINTERS,

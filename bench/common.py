@@ -23,7 +23,7 @@ ROLE_DESC = {
     "B": "pristine 3.13.5, --with-dtrace (stock)",
     "C": "cpython-usdt",
     "U": "pristine 3.13.5, the upstream way: no --with-dtrace, no frame pointers, "
-         "GCC's default GCSE",
+         "no loop flags",
 }
 
 T_START = time.monotonic()     # log() and the run's duration count from here
@@ -119,20 +119,20 @@ def parse_pythons(specs, required, optional=()):
 RUN_AS_ROOT = "/tmp/usdt-bench/as"
 
 
-def same_length_paths(interps):
+def same_length_paths(interps, root=RUN_AS_ROOT):
     """{role: path} that runs each interpreter of interps through a directory symlink
-    RUN_AS_ROOT/<n>, n its position, so that every interpreter's sys.executable and
+    root/<n>, n its position, so that every interpreter's sys.executable and
     build directory strings have the same length.  Otherwise the lengths leak into the
     heap's layout, and with it into the instruction counts of allocation-heavy
     workloads, by several per cent (regex, between build/release-pristine-fp and
     build/release-pristine-nofp; bench/analysis.md).  The source tree, and with it the
     standard library's path, stays each build's own."""
-    os.makedirs(RUN_AS_ROOT, exist_ok=True)
+    os.makedirs(root, exist_ok=True)
     if len(interps) > 10:
         sys.exit("at most 10 interpreters")
     out = {}
     for n, (role, path) in enumerate(interps.items()):
-        link = os.path.join(RUN_AS_ROOT, str(n))
+        link = os.path.join(root, str(n))
         if os.path.lexists(link):
             os.unlink(link)
         os.symlink(os.path.dirname(path), link)

@@ -2,8 +2,8 @@
 """cpython-usdt benchmark driver.
 
 Compares three interpreters -- A (pristine, no dtrace), B (pristine --with-dtrace),
-C (cpython-usdt), all three with frame pointers and -fno-gcse -- and optionally a fourth,
-U (pristine built the upstream way: no dtrace, no frame pointers, GCC's default GCSE), in
+C (cpython-usdt), all three with frame pointers and the loop flags -- and optionally a fourth,
+U (pristine built the upstream way: no dtrace, no frame pointers, no loop flags), in
 one run:
 
   1. instruction counts of every workload under valgrind/cachegrind (deterministic),

@@ -18,6 +18,9 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import unittest
 
 from support import TOP
@@ -274,3 +277,34 @@ class ReleaseReport(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SameLengthPaths(unittest.TestCase):
+    # The benchmarks run every interpreter through a path of the same
+    # length: the lengths of its paths shift the heap's layout.
+
+    def test_same_length_and_same_interpreter(self):
+        common = load("bench_common", os.path.join(TOP, "bench", "common.py"))
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        interps = {}
+        for role, build in (("A", "a-build"), ("U", "a-much-longer-build")):
+            os.makedirs(os.path.join(tmp, build))
+            path = os.path.join(tmp, build, "python")
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\necho %s\n" % role)
+            os.chmod(path, 0o755)
+            interps[role] = path
+        root = os.path.join(tmp, "as")
+        run_as = common.same_length_paths(interps, root)
+        self.assertEqual(list(run_as), ["A", "U"])
+        self.assertEqual(len({len(p) for p in run_as.values()}), 1, run_as)
+        for role, path in run_as.items():
+            self.assertEqual(os.path.realpath(path),
+                             os.path.realpath(interps[role]))
+            out = subprocess.run([path], capture_output=True, text=True)
+            self.assertEqual(out.stdout, role + "\n")
+        # A second run replaces the links, for other interpreters.
+        again = common.same_length_paths({"A": interps["U"]}, root)
+        self.assertEqual(os.path.realpath(again["A"]),
+                         os.path.realpath(interps["U"]))
