@@ -14,8 +14,9 @@ rounds.  Its phases, each SECONDS long:
 before / armed / after is repeated CYCLES times in the same process, with
 its RSS and the perf map's size after each phase, so that a leak across
 arm/disarm cycles would show too, and the workload's quickened
-instructions, so that call sites left unspecialized by a disarm would.  One unarmed control phase before the
-first cycle gives the noise of comparing two unarmed phases.  Only rounds
+instructions, so that call sites left unspecialized by a disarm would.
+One unarmed control phase before the first cycle gives the noise of
+comparing two unarmed phases.  Only rounds
 that start and end inside a phase count.  The verdict on "disarming
 returns the process to its unarmed speed" and its criterion are in
 verdict() and in the report.

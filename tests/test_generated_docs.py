@@ -275,9 +275,6 @@ class ReleaseReport(unittest.TestCase):
                 self.assertEqual(tuple(t["met"] for t in got), met + (True,), got)
                 self.assertIn(line, report)
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class SameLengthPaths(unittest.TestCase):
     # The benchmarks run every interpreter through a path of the same
@@ -308,3 +305,7 @@ class SameLengthPaths(unittest.TestCase):
         again = common.same_length_paths({"A": interps["U"]}, root)
         self.assertEqual(os.path.realpath(again["A"]),
                          os.path.realpath(interps["U"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
