@@ -40,6 +40,31 @@ def net_counts(counts, w):
     return {k: g[k] - counts[k]["startup"] for k in g}
 
 
+def layout_counts(ins):
+    """Every heap layout's {role: {workload: count}} (measure.measure_instructions'
+    layout_counts); results from before the layouts have one, their counts."""
+    return ins.get("layout_counts") or [ins["counts"]]
+
+
+def median_ratio(per_layout, a, b):
+    """The median over the layouts of a / b, per_layout being [{label: count}]: each
+    layout's ratio pairs two runs of the same heap layout (common.layout_trees)."""
+    return statistics.median(c[a] / c[b] for c in per_layout)
+
+
+def layout_ratios(ins, w, pairs):
+    """{name: ratio} for name: (a, b) in pairs, each the median over the layouts of
+    workload w's net counts (gross_<name> from the gross counts)."""
+    layouts = layout_counts(ins)
+    nets = [net_counts(c, w) for c in layouts]
+    gross = [{k: c[k][w] for k in c} for c in layouts]
+    out = {}
+    for name, (a, b) in pairs.items():
+        out[f"net_{name}"] = median_ratio(nets, a, b)
+        out[f"gross_{name}"] = median_ratio(gross, a, b)
+    return out
+
+
 def repeat_noise(data, w, st, role="A"):
     """Relative spread (max-min)/min of the net counts of all runs of role (A, its
     repeat, the extra repeats) on workload w."""
@@ -91,20 +116,22 @@ def analyze(data):
     workloads = data["config"]["workloads"]
     st = {k: ins[k]["startup"] for k in ins}
     rows = []
+    pairs = {"C_A": ("C", "A"), "B_A": ("B", "A"), "C_B": ("C", "B")}
+    if "U" in ins:
+        pairs.update({"A_U": ("A", "U"), "C_U": ("C", "U")})
     for w in workloads + ["startup"]:
-        g = {k: ins[k][w] for k in ins}
-        net = net_counts(ins, w)
+        r = layout_ratios(data["instructions"], w, pairs)
         rows.append({
             "workload": w,
-            "A": g["A"], "B": g["B"], "C": g["C"],
-            "gross_C_A": g["C"] / g["A"], "gross_B_A": g["B"] / g["A"], "gross_C_B": g["C"] / g["B"],
-            "net_C_A": net["C"] / net["A"], "net_B_A": net["B"] / net["A"],
-            "net_C_B": net["C"] / net["B"],
+            "A": ins["A"][w], "B": ins["B"][w], "C": ins["C"][w],
+            "gross_C_A": r["gross_C_A"], "gross_B_A": r["gross_B_A"],
+            "gross_C_B": r["gross_C_B"],
+            "net_C_A": r["net_C_A"], "net_B_A": r["net_B_A"], "net_C_B": r["net_C_B"],
             "repeat_noise": repeat_noise(data, w, st),
         })
-        if "U" in g:
-            rows[-1].update({"U": g["U"], "net_A_U": net["A"] / net["U"],
-                             "net_C_U": net["C"] / net["U"]})
+        if "U" in ins:
+            rows[-1].update({"U": ins["U"][w], "net_A_U": r["net_A_U"],
+                             "net_C_U": r["net_C_U"]})
     wl_rows = [r for r in rows if r["workload"] != "startup"]
     instr = {
         "rows": rows,

@@ -8,6 +8,7 @@ own roles, P1, P2 and R.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -117,27 +118,83 @@ def parse_pythons(specs, required, optional=()):
 
 
 RUN_AS_ROOT = "/tmp/usdt-bench/as"
+# Names of the standard library's entries a layout tree leaves out.
+FARM_SKIP = ("__pycache__",)
 
 
-def same_length_paths(interps, root=RUN_AS_ROOT):
-    """{role: path} that runs each interpreter of interps through a directory symlink
-    root/<n>, n its position, so that every interpreter's sys.executable and
-    build directory strings have the same length.  Otherwise the lengths leak into the
-    heap's layout, and with it into the instruction counts of allocation-heavy
-    workloads, by several per cent (regex, between build/release-pristine-fp and
-    build/release-pristine-nofp; bench/analysis.md).  The source tree, and with it the
-    standard library's path, stays each build's own."""
-    os.makedirs(root, exist_ok=True)
+def layout_pads(n):
+    """The n path paddings of measure_instructions' heap layouts: spread over 16
+    characters, the allocators' size-class step (0, 3, 6, 10, 13 for n = 5)."""
+    if not 1 <= n <= 16:
+        sys.exit(f"--layouts must be between 1 and 16, not {n}")
+    return [round(16 * j / n) for j in range(n)]
+
+
+def build_tree_of(interp):
+    """(standard library directory, extension module directory) of a build-tree
+    interpreter; exits with a message for any other interpreter."""
+    builddir = os.path.dirname(interp)
+    try:
+        with open(os.path.join(builddir, "pybuilddir.txt")) as f:
+            dynload = os.path.join(builddir, f.read().strip())
+    except OSError as e:
+        sys.exit(f"{interp} is not in a build tree ({e.filename}: {e.strerror}); "
+                 "the benchmarks run build-tree interpreters")
+    r = sh([interp, "-S", "-c", "import os; print(os.path.dirname(os.__file__))"],
+           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    stdlib = r.stdout.strip()
+    if r.returncode != 0 or not os.path.isfile(os.path.join(stdlib, "os.py")):
+        sys.exit(f"{interp}: cannot find its standard library: {r.stderr.strip()}")
+    return stdlib, dynload
+
+
+def layout_trees(interps, pads, root=RUN_AS_ROOT):
+    """[{role: path}] per padding in pads: each interpreter of interps, run from a
+    tree of its own, root/<j><pad underscores>/<n>/bin/python3.13 (j the layout's
+    index, n the role's position).
+
+    A tree is laid out as an installation: the interpreter (a hard link, or a copy
+    across file systems), lib/python3.13 with a symlink to each file of the build's
+    standard library, and lib/python3.13/lib-dynload linked to the build's extension
+    modules.  So within a layout every interpreter's sys.executable, sys.path and
+    module file names have the same length, whichever source tree and build directory
+    it comes from.  Those lengths shift the heap's layout, and with it the counts of
+    allocation-heavy workloads: regex moved by up to 9 % between paddings, for every
+    interpreter, and not always the same way for two interpreters
+    (bench/analysis.md).  measure_instructions therefore runs every layout, and
+    analyze takes the median over the layouts of each ratio."""
     if len(interps) > 10:
         sys.exit("at most 10 interpreters")
-    out = {}
-    for n, (role, path) in enumerate(interps.items()):
-        link = os.path.join(root, str(n))
-        if os.path.lexists(link):
-            os.unlink(link)
-        os.symlink(os.path.dirname(path), link)
-        out[role] = os.path.join(link, os.path.basename(path))
+    trees = {role: build_tree_of(path) for role, path in interps.items()}
+    if os.path.isdir(root):
+        shutil.rmtree(root)
+    out = []
+    for j, pad in enumerate(pads):
+        layout = {}
+        for n, (role, path) in enumerate(interps.items()):
+            top = os.path.join(root, str(j) + "_" * pad, str(n))
+            layout[role] = make_tree(top, path, *trees[role])
+        out.append(layout)
     return out
+
+
+def make_tree(top, interp, stdlib, dynload):
+    """The tree of layout_trees at top; returns its interpreter's path."""
+    lib = os.path.join(top, "lib", "python3.13")
+    os.makedirs(os.path.join(top, "bin"))
+    exe = os.path.join(top, "bin", "python3.13")
+    try:
+        os.link(interp, exe)
+    except OSError:
+        shutil.copy2(interp, exe)
+    for here, dirs, files in os.walk(stdlib):
+        dirs[:] = [d for d in dirs if d not in FARM_SKIP]
+        there = os.path.join(lib, os.path.relpath(here, stdlib))
+        os.makedirs(there, exist_ok=True)
+        for name in files:
+            os.symlink(os.path.join(here, name), os.path.join(there, name))
+    os.symlink(dynload, os.path.join(lib, "lib-dynload"))
+    return exe
 
 
 def workload_path(name):

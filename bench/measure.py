@@ -17,7 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from common import (ELAPSED_RE, REPO, ROLE_DESC, RUN_CWD, base_env, first_line, log,
-                    present_roles, pycache_prefix, same_length_paths, sh, workload_path)
+                    layout_pads, layout_trees, present_roles, pycache_prefix, sh,
+                    workload_path)
 
 
 # --------------------------------------------------------------------------- machine
@@ -85,39 +86,50 @@ def cachegrind_one(role, interp, script, scale):
     return int(m[-1].replace(",", "")), (out[-1] if out else "")
 
 
-def measure_instructions(interps, workloads, scale, jobs, repeat="A"):
-    """Returns {label: {workload: count}} for every role, plus a second run of the role
-    repeat (label 'A_repeat' for A) for noise, the checksums, and the further runs of
-    repeat on the workloads whose first two differ."""
+def measure_instructions(layouts, workloads, scale, jobs, repeat="A"):
+    """Returns {label: {workload: count}} for every role in the first layout, plus a
+    second run of the role repeat (label 'A_repeat' for A) for noise; the checksums;
+    the further runs of repeat on the workloads whose first two differ; and
+    [{role: {workload: count}}], every role's counts in every layout (layouts, from
+    common.layout_trees: [{role: path}])."""
     rep = f"{repeat}_repeat"
-    runs = [(r, r) for r in present_roles(interps)] + [(rep, repeat)]
+    roles = present_roles(layouts[0])
+    runs = [(0, r, r) for r in roles] + [(0, rep, repeat)]
+    runs += [(j, r, r) for j in range(1, len(layouts)) for r in roles]
     names = ["startup"] + workloads
     tasks = []
-    for label, role in runs:          # label-major: neighbours are different workloads
+    for j, label, role in runs:       # label-major: neighbours are different workloads
         for name in names:
             script = None if name == "startup" else workload_path(name)
-            tasks.append((label, role, name, script))
-    res = {label: {} for label, _ in runs}
-    checks = {label: {} for label, _ in runs}
+            tasks.append((j, label, role, name, script))
+    res = {label: {} for j, label, _ in runs if j == 0}
+    per_layout = [{r: {} for r in roles} for _ in layouts]
+    checks = {label: {} for label in res}
     done = [0]
 
     def job(t):
         # The repeat runs with its role's own .pyc prefix, the one warmup() filled: under
         # a prefix of its own (as before), modules imported after a workload sets
         # sys.dont_write_bytecode (imports.py) were compiled again in every run.
-        label, role, name, script = t
+        j, label, role, name, script = t
         with locks[name]:
-            n, chk = cachegrind_one(role, interps[role], script, scale)
+            n, chk = cachegrind_one(role, layouts[j][role], script, scale)
         done[0] += 1
-        log(f"cachegrind {done[0]}/{len(tasks)} {label:8s} {name:15s} {n:,}")
-        return label, name, n, chk
+        log(f"cachegrind {done[0]}/{len(tasks)} layout {j} {label:8s} {name:15s} {n:,}")
+        return j, label, name, n, chk
 
     # the same workload never runs twice at once: all runs share one BENCH_WORKDIR
     locks = {name: threading.Lock() for name in names}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        for label, name, n, chk in ex.map(job, tasks):
-            res[label][name] = n
-            checks[label][name] = chk
+        for j, label, name, n, chk in ex.map(job, tasks):
+            if label in per_layout[j]:
+                per_layout[j][label][name] = n
+            if j == 0:
+                res[label][name] = n
+                checks[label][name] = chk
+            elif chk != checks.get(label, {}).get(name, chk):
+                raise RuntimeError(f"{label} {name}: checksum {chk} in layout {j}, "
+                                   f"{checks[label][name]} in layout 0")
     # workloads whose two runs of repeat differ are not bit-for-bit repeatable (threads):
     # run it a few more times so their noise (max-min over all its runs) is not a
     # single-pair guess
@@ -127,10 +139,10 @@ def measure_instructions(interps, workloads, scale, jobs, repeat="A"):
         script = None if name == "startup" else workload_path(name)
         extra[name] = []
         for i in range(EXTRA_REPEATS):
-            n, _ = cachegrind_one(repeat, interps[repeat], script, scale)
+            n, _ = cachegrind_one(repeat, layouts[0][repeat], script, scale)
             extra[name].append(n)
             log(f"cachegrind extra repeat {i + 1}/{EXTRA_REPEATS} {repeat} {name:15s} {n:,}")
-    return res, checks, extra
+    return res, checks, extra, per_layout
 
 
 # --------------------------------------------------------------------------- wall time
@@ -147,31 +159,33 @@ def timed_run(role, interp, script, scale, extra=None):
     return int(m.group(1)), t1 - t0, (out[-1] if out else "")
 
 
-def warmup(interps, workloads):
+def warmup(layouts, workloads):
     """Compile the stdlib .pyc files, then one tiny run per interpreter/workload,
-    so that neither cachegrind nor wall runs pay for compilation.
+    in every layout, so that neither cachegrind nor wall runs pay for compilation.
 
     Which strings a .pyc marks as interned depends on what the process that
     wrote it had interned before, so .pyc files left behind by earlier, unrelated
     runs (test suites, other tools) differ between interpreters and shift the
     unmarshalling cost by up to 1 %.  Every interpreter therefore gets a fresh
-    PYTHONPYCACHEPREFIX, filled by one sequential compileall of its stdlib."""
-    for role in present_roles(interps):
+    PYTHONPYCACHEPREFIX, filled by one sequential compileall of its stdlib per
+    layout (the .pyc paths follow the layout's source paths)."""
+    for role in present_roles(layouts[0]):
         prefix = pycache_prefix(role)
         shutil.rmtree(prefix, ignore_errors=True)
-        env = base_env(role, 0.01)
-        stdlib = sh([interps[role], "-c",
-                     "import os; print(os.path.dirname(os.__file__))"],
-                    env=env, cwd=RUN_CWD).stdout.strip()
-        r = sh([interps[role], "-m", "compileall", "-q",
-                "-x", "/(test|tests|idlelib|tkinter|turtledemo)/", stdlib],
-               env=env, cwd=RUN_CWD)
-        if r.returncode != 0:
-            raise RuntimeError(f"compileall failed for {role}: {r.stdout[-2000:]}"
-                               f"{r.stderr[-2000:]}")
-        for name in workloads:
-            timed_run(role, interps[role], workload_path(name), 0.01)
-        sh([interps[role], "-c", "pass"], env=base_env(role, 0.01), cwd=RUN_CWD)
+        for interps in layouts:
+            env = base_env(role, 0.01)
+            stdlib = sh([interps[role], "-c",
+                         "import os; print(os.path.dirname(os.__file__))"],
+                        env=env, cwd=RUN_CWD).stdout.strip()
+            r = sh([interps[role], "-m", "compileall", "-q",
+                    "-x", "/(test|tests|idlelib|tkinter|turtledemo)/", stdlib],
+                   env=env, cwd=RUN_CWD)
+            if r.returncode != 0:
+                raise RuntimeError(f"compileall failed for {role}: {r.stdout[-2000:]}"
+                                   f"{r.stderr[-2000:]}")
+            for name in workloads:
+                timed_run(role, interps[role], workload_path(name), 0.01)
+            sh([interps[role], "-c", "pass"], env=base_env(role, 0.01), cwd=RUN_CWD)
     log("warm-up done")
 
 
@@ -210,20 +224,24 @@ def measure_wall(interps, workloads, scale, rounds):
 def measure_unarmed(data, interps, cfg, skip, repeat="A"):
     """The warm-up, then the instruction and wall-time phases not in skip, into data
     ("instructions", "wall"); the further runs of repeat are "extra_<repeat>_repeats".
-    Each interpreter runs through a path of the same length (data["run_as"])."""
-    interps = same_length_paths(interps)
-    data["run_as"] = interps
-    warmup(interps, cfg["workloads"])
+    Each interpreter runs from a tree of its own in cfg["layouts"] heap layouts
+    (common.layout_trees; data["layouts"]): the instruction phase runs all of them,
+    the wall-time phase the first."""
+    pads = layout_pads(cfg["layouts"])
+    layouts = layout_trees(interps, pads)
+    data["layouts"] = {"pads": pads, "run_as": layouts}
+    warmup(layouts if "instructions" not in skip else layouts[:1], cfg["workloads"])
     if "instructions" not in skip:
         t = time.monotonic()
-        counts, checks, extra = measure_instructions(interps, cfg["workloads"], cfg["cg_scale"],
-                                                     cfg["jobs"], repeat)
+        counts, checks, extra, per_layout = measure_instructions(
+            layouts, cfg["workloads"], cfg["cg_scale"], cfg["jobs"], repeat)
         data["instructions"] = {"scale": cfg["cg_scale"], "counts": counts, "checksums": checks,
                                 f"extra_{repeat}_repeats": extra,
+                                "layout_counts": per_layout,
                                 "duration_s": time.monotonic() - t}
     if "wall" not in skip:
         t = time.monotonic()
         data["wall"] = {"scale": cfg["wall_scale"], "rounds": cfg["rounds"],
-                        "samples": measure_wall(interps, cfg["workloads"], cfg["wall_scale"],
-                                                cfg["rounds"]),
+                        "samples": measure_wall(layouts[0], cfg["workloads"],
+                                                cfg["wall_scale"], cfg["rounds"]),
                         "duration_s": time.monotonic() - t}

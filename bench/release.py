@@ -33,7 +33,8 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from analyze import (MIN_ROUNDS_JUDGED, TARGET_INSTR_GEOMEAN, bootstrap_ci, geomean,
-                     net_counts, repeat_noise, spread, wall_stats)
+                     layout_counts, median_ratio, net_counts, repeat_noise, spread,
+                     wall_stats)
 from common import log, parse_pythons
 from measure import machine_info, measure_unarmed
 from render import (finish, log_verdicts, ms_cell, pct, render_header, render_only,
@@ -54,7 +55,7 @@ RATIOS = {"P2_P1": ("P2", "P1"), "R_P1": ("R", "P1"), "R_P2": ("R", "P2"), "R_P"
 # than two pristine builds differ from each other, or than this when they differ less:
 # the same +0.3 % as the instruction target.
 WALL_FLOOR = TARGET_INSTR_GEOMEAN
-UNARMED = ("workloads", "cg_scale", "wall_scale", "rounds", "jobs")
+UNARMED = ("workloads", "cg_scale", "wall_scale", "rounds", "jobs", "layouts")
 # run.py's modes without the armed phase's settings; more rounds in full mode, since
 # the verdict rests on the P2/P1 interval.
 RELEASE_MODES = {
@@ -82,11 +83,13 @@ def analyze_release(data):
     st = {k: counts[k]["startup"] for k in counts}
     checks = data["instructions"]["checksums"]
     rows = []
+    layouts = layout_counts(data["instructions"])
     for w in workloads + ["startup"]:
-        net = net_counts(counts, w)
-        net[PEER] = math.sqrt(net["P1"] * net["P2"])
+        nets = [net_counts(c, w) for c in layouts]
+        for net in nets:
+            net[PEER] = math.sqrt(net["P1"] * net["P2"])
         rows.append({"workload": w, **{r: counts[r][w] for r in ROLES},
-                     **{k: net[a] / net[b] for k, (a, b) in RATIOS.items()},
+                     **{k: median_ratio(nets, a, b) for k, (a, b) in RATIOS.items()},
                      "repeat_noise": repeat_noise(data, w, st, REPEAT),
                      "checksums_agree": len({checks[r][w] for r in ROLES}) == 1})
     wl = [r for r in rows if r["workload"] != "startup"]
@@ -322,6 +325,8 @@ def parse_args(argv):
     p.add_argument("--workloads", default=None, help="comma-separated subset (overrides the mode's list)")
     p.add_argument("--rounds", type=int, default=None, help="wall-time rounds (overrides the mode)")
     p.add_argument("--jobs", type=int, default=None, help="parallel cachegrind jobs (default 2)")
+    p.add_argument("--layouts", type=int, default=None,
+                   help="heap layouts of the instruction phase (default 5, --quick 1)")
     p.add_argument("--skip", default="", help="comma list of phases to skip: instructions,wall")
     p.add_argument("--render-only", metavar="JSON", help="re-render --out-md from a JSON file")
     return p.parse_args(argv)

@@ -99,8 +99,24 @@ def render_header(data, title, driver, json_rel):
 
 
 def run_as_note(data):
-    """The sentence saying how the interpreters were run, for runs that recorded it
-    (measure.measure_unarmed's "run_as"; earlier runs used each build's own path)."""
+    """The sentences saying how the interpreters were run, for runs that recorded it
+    (measure.measure_unarmed's "layouts"; the run before them, "run_as"; earlier runs
+    used each build's own paths)."""
+    if "layouts" in data:
+        lay = data["layouts"]
+        n = len(lay["pads"])
+        first = next(iter(lay["run_as"][0].values()))
+        return ("  Every interpreter ran from a tree of its own laid out as an installation "
+                "(`" + first + "`, …: a link to the interpreter, symlinks to its standard "
+                "library and extension modules), so that all of them have paths of the same "
+                "length: the lengths shift the heap's layout, and with it the counts of "
+                "allocation-heavy workloads by several per cent. "
+                + (f" The instruction counts were taken in {n} such layouts, the paths padded "
+                   "by " + ", ".join(str(p) for p in lay["pads"]) + " characters; each ratio "
+                   "is the median over the layouts of the ratio within a layout, and the "
+                   "counts shown are the first layout's.  Wall time ran in the first layout."
+                   if n > 1 else " The instruction counts were taken in one layout, so a "
+                   "workload's ratio can still be off by a layout effect."))
     if "run_as" not in data:
         return ""
     return ("  Every interpreter ran through a path of the same length (a symlink to its "

@@ -52,18 +52,18 @@ QUICK_WORKLOADS = ["recursion", "methods", "generators", "nbody", "loops", "rich
 MODES = {
     "full": dict(workloads=ALL_WORKLOADS, cg_scale=0.05, wall_scale=1.0, rounds=8,
                  armed_hits_target=2_000_000, armed_reps=3, unarmed_reps=5,
-                 floor_iters=2_000_000, jobs=2),
+                 floor_iters=2_000_000, jobs=2, layouts=5),
     "quick": dict(workloads=QUICK_WORKLOADS, cg_scale=0.02, wall_scale=0.4, rounds=3,
                   armed_hits_target=300_000, armed_reps=1, unarmed_reps=3,
-                  floor_iters=300_000, jobs=2),
+                  floor_iters=300_000, jobs=2, layouts=1),
 }
 
 
 # --------------------------------------------------------------------------- main
 
 def mode_config(args, mode):
-    """The mode's settings with --workloads, --rounds and --jobs applied (release.py
-    uses it too)."""
+    """The mode's settings with --workloads, --rounds, --jobs and --layouts applied
+    (release.py uses it too)."""
     cfg = dict(mode)
     if args.workloads:
         cfg["workloads"] = [w for w in args.workloads.split(",") if w]
@@ -74,6 +74,8 @@ def mode_config(args, mode):
         cfg["rounds"] = args.rounds
     if args.jobs:
         cfg["jobs"] = args.jobs
+    if args.layouts:
+        cfg["layouts"] = args.layouts
     return cfg
 
 
@@ -89,6 +91,8 @@ def parse_args(argv):
     p.add_argument("--workloads", default=None, help="comma-separated subset (overrides the mode's list)")
     p.add_argument("--rounds", type=int, default=None, help="wall-time rounds (overrides the mode)")
     p.add_argument("--jobs", type=int, default=None, help="parallel cachegrind jobs (default 2)")
+    p.add_argument("--layouts", type=int, default=None,
+                   help="heap layouts of the instruction phase (default 5, --quick 1)")
     p.add_argument("--skip", default="", help="comma list of phases to skip: instructions,wall,armed")
     p.add_argument("--armed-workloads", default=None,
                    help="comma-separated: only the armed cases on these workloads")

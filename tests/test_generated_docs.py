@@ -276,35 +276,100 @@ class ReleaseReport(unittest.TestCase):
                 self.assertIn(line, report)
 
 
-class SameLengthPaths(unittest.TestCase):
-    # The benchmarks run every interpreter through a path of the same
-    # length: the lengths of its paths shift the heap's layout.
+def fake_build(top, role, lib_len):
+    """A build tree at top whose python prints role, or, asked where its os module is
+    (as common.build_tree_of asks, with -S), a standard library whose directory name
+    is lib_len characters long; returns the interpreter's path."""
+    stdlib = os.path.join(top, "L" * lib_len)
+    for rel in ("os.py", "pkg/mod.py", "__pycache__/os.cpython-313.pyc"):
+        os.makedirs(os.path.dirname(os.path.join(stdlib, rel)), exist_ok=True)
+        with open(os.path.join(stdlib, rel), "w") as f:
+            f.write("# %s\n" % rel)
+    os.makedirs(os.path.join(top, "build", "lib.x"))
+    with open(os.path.join(top, "pybuilddir.txt"), "w") as f:
+        f.write("build/lib.x\n")
+    path = os.path.join(top, "python")
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\nif [ "$1" = -S ]; then echo %s; else echo %s; fi\n'
+                % (stdlib, role))
+    os.chmod(path, 0o755)
+    return path
 
-    def test_same_length_and_same_interpreter(self):
-        common = load("bench_common", os.path.join(TOP, "bench", "common.py"))
-        tmp = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, tmp)
-        interps = {}
-        for role, build in (("A", "a-build"), ("U", "a-much-longer-build")):
-            os.makedirs(os.path.join(tmp, build))
-            path = os.path.join(tmp, build, "python")
-            with open(path, "w") as f:
-                f.write("#!/bin/sh\necho %s\n" % role)
-            os.chmod(path, 0o755)
-            interps[role] = path
-        root = os.path.join(tmp, "as")
-        run_as = common.same_length_paths(interps, root)
-        self.assertEqual(list(run_as), ["A", "U"])
-        self.assertEqual(len({len(p) for p in run_as.values()}), 1, run_as)
-        for role, path in run_as.items():
-            self.assertEqual(os.path.realpath(path),
-                             os.path.realpath(interps[role]))
-            out = subprocess.run([path], capture_output=True, text=True)
-            self.assertEqual(out.stdout, role + "\n")
-        # A second run replaces the links, for other interpreters.
-        again = common.same_length_paths({"A": interps["U"]}, root)
-        self.assertEqual(os.path.realpath(again["A"]),
-                         os.path.realpath(interps["U"]))
+
+class LayoutTrees(unittest.TestCase):
+    # The instruction phase runs every interpreter from a tree laid out as an
+    # installation, in several paddings of its paths: the lengths of its paths
+    # shift the heap's layout.
+
+    def setUp(self):
+        self.common = load("bench_common", os.path.join(TOP, "bench", "common.py"))
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def test_trees(self):
+        interps = {"A": fake_build(os.path.join(self.tmp, "a-build"), "A", 3),
+                   "U": fake_build(os.path.join(self.tmp, "a-much-longer-build"), "U", 9)}
+        root = os.path.join(self.tmp, "as")
+        layouts = self.common.layout_trees(interps, [0, 3], root)
+        self.assertEqual([list(lay) for lay in layouts], [["A", "U"], ["A", "U"]])
+        lengths = [{len(p) for p in lay.values()} for lay in layouts]
+        self.assertEqual([len(n) for n in lengths], [1, 1], layouts)
+        self.assertEqual(lengths[1].pop() - lengths[0].pop(), 3, layouts)
+        for lay in layouts:
+            for role, exe in lay.items():
+                with self.subTest(exe=exe):
+                    out = subprocess.run([exe], capture_output=True, text=True)
+                    self.assertEqual(out.stdout, role + "\n")
+                    build = os.path.dirname(interps[role])
+                    stdlib = subprocess.run([interps[role], "-S"], capture_output=True,
+                                            text=True).stdout.strip()
+                    lib = os.path.join(os.path.dirname(os.path.dirname(exe)),
+                                       "lib", "python3.13")
+                    self.assertEqual(os.path.realpath(os.path.join(lib, "pkg", "mod.py")),
+                                     os.path.join(stdlib, "pkg", "mod.py"))
+                    # compileall descends only into real directories
+                    self.assertFalse(os.path.islink(os.path.join(lib, "pkg")))
+                    self.assertFalse(os.path.exists(os.path.join(lib, "__pycache__")))
+                    self.assertEqual(os.path.realpath(os.path.join(lib, "lib-dynload")),
+                                     os.path.join(build, "build", "lib.x"))
+        # A second run replaces the trees, for other interpreters.
+        again = self.common.layout_trees({"A": interps["U"]}, [0], root)
+        out = subprocess.run([again[0]["A"]], capture_output=True, text=True)
+        self.assertEqual(out.stdout, "U\n")
+        self.assertEqual(os.listdir(root), ["0"])
+
+    def test_not_a_build_tree(self):
+        path = fake_build(os.path.join(self.tmp, "b"), "A", 3)
+        os.unlink(os.path.join(self.tmp, "b", "pybuilddir.txt"))
+        with self.assertRaises(SystemExit) as cm:
+            self.common.layout_trees({"A": path}, [0], os.path.join(self.tmp, "as"))
+        self.assertIn("is not in a build tree", str(cm.exception))
+
+    def test_pads(self):
+        self.assertEqual(self.common.layout_pads(5), [0, 3, 6, 10, 13])
+        self.assertEqual(self.common.layout_pads(1), [0])
+        for bad in (0, 17):
+            with self.assertRaises(SystemExit):
+                self.common.layout_pads(bad)
+
+
+class LayoutMedian(unittest.TestCase):
+    # Each ratio is the median over the layouts of the ratio within a layout.
+
+    def test_median_of_paired_ratios(self):
+        bench_run()         # puts bench/ on sys.path, for analyze's imports
+        analyze = load("bench_analyze", os.path.join(TOP, "bench", "analyze.py"))
+        # net C/U within the layouts: +2 %, +10 % (C in an unlucky layout), +3 %
+        layouts = [{"C": {"startup": 10, "w": 10 + 102}, "U": {"startup": 10, "w": 110}},
+                   {"C": {"startup": 10, "w": 10 + 110}, "U": {"startup": 10, "w": 110}},
+                   {"C": {"startup": 20, "w": 20 + 103}, "U": {"startup": 20, "w": 120}}]
+        ins = {"counts": layouts[0], "layout_counts": layouts}
+        r = analyze.layout_ratios(ins, "w", {"C_U": ("C", "U")})
+        self.assertAlmostEqual(r["net_C_U"], 1.03)
+        self.assertAlmostEqual(r["gross_C_U"], (20 + 103) / 120)
+        # results from before the layouts: the one layout of counts
+        r = analyze.layout_ratios({"counts": layouts[1]}, "w", {"C_U": ("C", "U")})
+        self.assertAlmostEqual(r["net_C_U"], 1.10)
 
 
 if __name__ == "__main__":
