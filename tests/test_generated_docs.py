@@ -296,6 +296,28 @@ def fake_build(top, role, lib_len):
     return path
 
 
+class ReleaseLayouts(unittest.TestCase):
+
+    def test_median_over_layouts(self):
+        # R/P1 +0.1 % in the first layout; two more layouts where R is +0.3 %
+        # and +2 %: the median is +0.3 %.
+        release = load("bench_release", BENCH_RELEASE)
+        data = release_results({"P1": 1, "P2": 1, "R": 1.001},
+                               {"P1": 1, "P2": 1, "R": 1})
+        first = {r: data["instructions"]["counts"][r] for r in ("P1", "P2", "R")}
+        layouts = [first]
+        for f in (1.003, 1.02):
+            other = json.loads(json.dumps(first))
+            for w in WORKLOADS:
+                other["R"][w] = 40_000_000 + round((first["P1"][w] - 40_000_000) * f)
+            layouts.append(other)
+        data["instructions"]["layout_counts"] = layouts
+        rows = release.analyze_release(data)["instructions"]["rows"]
+        for row in rows:
+            if row["workload"] in WORKLOADS:
+                self.assertAlmostEqual(row["R_P1"], 1.003, places=6)
+
+
 class LayoutTrees(unittest.TestCase):
     # The instruction phase runs every interpreter from a tree laid out as an
     # installation, in several paddings of its paths: the lengths of its paths
