@@ -119,7 +119,12 @@ def parse_pythons(specs, required, optional=()):
 
 RUN_AS_ROOT = "/tmp/usdt-bench/as"
 # Names of the standard library's entries a layout tree leaves out.
-FARM_SKIP = ("__pycache__",)
+TREE_SKIP = ("__pycache__",)
+# What build_tree_of asks the interpreter: its standard library, and the name of the
+# directory an installation keeps it in (python3.13, python3.13t when free-threaded).
+WHERE_STDLIB = ("import os, sys, sysconfig; print(os.path.dirname(os.__file__)); "
+                "print('python%d.%d%s' % (sys.version_info[:2] + "
+                "('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else '',)))")
 
 
 def layout_pads(n):
@@ -131,8 +136,9 @@ def layout_pads(n):
 
 
 def build_tree_of(interp):
-    """(standard library directory, extension module directory) of a build-tree
-    interpreter; exits with a message for any other interpreter."""
+    """(standard library directory, extension module directory, the name of an
+    installation's directory for them) of a build-tree interpreter; exits with a
+    message for any other interpreter."""
     builddir = os.path.dirname(interp)
     try:
         with open(os.path.join(builddir, "pybuilddir.txt")) as f:
@@ -140,29 +146,30 @@ def build_tree_of(interp):
     except OSError as e:
         sys.exit(f"{interp} is not in a build tree ({e.filename}: {e.strerror}); "
                  "the benchmarks run build-tree interpreters")
-    r = sh([interp, "-S", "-c", "import os; print(os.path.dirname(os.__file__))"],
-           env={"PATH": "/usr/bin:/bin"}, cwd="/")
-    stdlib = r.stdout.strip()
-    if r.returncode != 0 or not os.path.isfile(os.path.join(stdlib, "os.py")):
+    r = sh([interp, "-S", "-c", WHERE_STDLIB], env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    out = r.stdout.split("\n")
+    if r.returncode != 0 or len(out) < 2 or not os.path.isfile(
+            os.path.join(out[0], "os.py")):
         sys.exit(f"{interp}: cannot find its standard library: {r.stderr.strip()}")
-    return stdlib, dynload
+    return out[0], dynload, out[1]
 
 
 def layout_trees(interps, pads, root=RUN_AS_ROOT):
     """[{role: path}] per padding in pads: each interpreter of interps, run from a
     tree of its own, root/<j><pad underscores>/<n>/bin/python3.13 (j the layout's
-    index, n the role's position).
+    index, n the role's position).  Only build-tree interpreters can have one.
 
     A tree is laid out as an installation: the interpreter (a hard link, or a copy
-    across file systems), lib/python3.13 with a symlink to each file of the build's
-    standard library, and lib/python3.13/lib-dynload linked to the build's extension
-    modules.  So within a layout every interpreter's sys.executable, sys.path and
-    module file names have the same length, whichever source tree and build directory
-    it comes from.  Those lengths shift the heap's layout, and with it the counts of
-    allocation-heavy workloads: regex moved by up to 9 % between paddings, for every
-    interpreter, and not always the same way for two interpreters
-    (bench/analysis.md).  measure_instructions therefore runs every layout, and
-    analyze takes the median over the layouts of each ratio."""
+    across file systems), lib/python3.13 (python3.13t when free-threaded) with a
+    symlink to each file of the build's standard library, and its lib-dynload linked
+    to the build's extension modules.  So within a layout every interpreter's
+    sys.executable, sys.path and module file names have the same length, whichever
+    source tree and build directory it comes from (a free-threaded interpreter's are
+    one character longer).  Those lengths shift the heap's layout, and with it the counts
+    of allocation-heavy workloads: with all paths equal, padding them moved regex's
+    count by up to 3.4 %, and not always the same way for two interpreters (its C/U
+    ranged over -0.4 % to +4.6 %; bench/analysis.md).  measure_instructions therefore
+    runs every layout, and analyze takes the median over the layouts of each ratio."""
     if len(interps) > 10:
         sys.exit("at most 10 interpreters")
     trees = {role: build_tree_of(path) for role, path in interps.items()}
@@ -178,9 +185,9 @@ def layout_trees(interps, pads, root=RUN_AS_ROOT):
     return out
 
 
-def make_tree(top, interp, stdlib, dynload):
+def make_tree(top, interp, stdlib, dynload, libname):
     """The tree of layout_trees at top; returns its interpreter's path."""
-    lib = os.path.join(top, "lib", "python3.13")
+    lib = os.path.join(top, "lib", libname)
     os.makedirs(os.path.join(top, "bin"))
     exe = os.path.join(top, "bin", "python3.13")
     try:
@@ -188,7 +195,7 @@ def make_tree(top, interp, stdlib, dynload):
     except OSError:
         shutil.copy2(interp, exe)
     for here, dirs, files in os.walk(stdlib):
-        dirs[:] = [d for d in dirs if d not in FARM_SKIP]
+        dirs[:] = [d for d in dirs if d not in TREE_SKIP]
         there = os.path.join(lib, os.path.relpath(here, stdlib))
         os.makedirs(there, exist_ok=True)
         for name in files:

@@ -74,7 +74,7 @@ def mode_config(args, mode):
         cfg["rounds"] = args.rounds
     if args.jobs:
         cfg["jobs"] = args.jobs
-    if args.layouts:
+    if args.layouts is not None:
         cfg["layouts"] = args.layouts
     return cfg
 

@@ -279,7 +279,7 @@ class ReleaseReport(unittest.TestCase):
 def fake_build(top, role, lib_len):
     """A build tree at top whose python prints role, or, asked where its os module is
     (as common.build_tree_of asks, with -S), a standard library whose directory name
-    is lib_len characters long; returns the interpreter's path."""
+    is lib_len characters long and python3.13; returns the interpreter's path."""
     stdlib = os.path.join(top, "L" * lib_len)
     for rel in ("os.py", "pkg/mod.py", "__pycache__/os.cpython-313.pyc"):
         os.makedirs(os.path.dirname(os.path.join(stdlib, rel)), exist_ok=True)
@@ -290,8 +290,8 @@ def fake_build(top, role, lib_len):
         f.write("build/lib.x\n")
     path = os.path.join(top, "python")
     with open(path, "w") as f:
-        f.write('#!/bin/sh\nif [ "$1" = -S ]; then echo %s; else echo %s; fi\n'
-                % (stdlib, role))
+        f.write('#!/bin/sh\nif [ "$1" = -S ]; then printf "%s\\npython3.13\\n"; '
+                'else echo %s; fi\n' % (stdlib, role))
     os.chmod(path, 0o755)
     return path
 
@@ -344,7 +344,7 @@ class LayoutTrees(unittest.TestCase):
                     self.assertEqual(out.stdout, role + "\n")
                     build = os.path.dirname(interps[role])
                     stdlib = subprocess.run([interps[role], "-S"], capture_output=True,
-                                            text=True).stdout.strip()
+                                            text=True).stdout.split("\n")[0]
                     lib = os.path.join(os.path.dirname(os.path.dirname(exe)),
                                        "lib", "python3.13")
                     self.assertEqual(os.path.realpath(os.path.join(lib, "pkg", "mod.py")),
