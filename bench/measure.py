@@ -127,7 +127,7 @@ def measure_instructions(layouts, workloads, scale, jobs, repeat="A"):
             if j == 0:
                 res[label][name] = n
                 checks[label][name] = chk
-            elif chk != checks.get(label, {}).get(name, chk):
+            elif chk != checks[label][name]:     # layout 0's came first (map's order)
                 raise RuntimeError(f"{label} {name}: checksum {chk} in layout {j}, "
                                    f"{checks[label][name]} in layout 0")
     # workloads whose two runs of repeat differ are not bit-for-bit repeatable (threads):
