@@ -18,7 +18,8 @@ export SERIES
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export release bench bench-quick bench-watcher \
-	bench-stacks demo bench-framepointers-release check-install \
+	bench-stacks demo bench-framepointers-release bench-framepointers-release-wall \
+	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full
 
@@ -192,17 +193,20 @@ $(B)/bench-upstream/python: $(PRISTINE_INPUTS)
 # with (FP) and without (NOFP) frame pointers; docs/framepointers-release.md.
 # release-pristine-fp2 is the same as release-pristine-fp, built a second
 # time: PGO's training run differs from build to build, and the two give
-# the noise that the release comparison must stay within (bench-release).
+# the noise that the release comparison must stay within (bench-release);
+# release-pristine-nofp2 is release-pristine-nofp's second training
+# (bench-framepointers-release-wall).
 $(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python: \
 		$(B)/%/python: $(PRISTINE_INPUTS)
 	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
 		tools/configure $(B)/$* $(CURDIR)/$(B)/pristine
 	$(MAKE) -C $(B)/$* -j$(NPROC)
 
-$(B)/release-pristine-nofp/python: $(PRISTINE_INPUTS)
+$(B)/release-pristine-nofp/python $(B)/release-pristine-nofp2/python: \
+		$(B)/%/python: $(PRISTINE_INPUTS)
 	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(B)/release-pristine-nofp $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/release-pristine-nofp -j$(NPROC)
+		tools/configure $(B)/$* $(CURDIR)/$(B)/pristine
+	$(MAKE) -C $(B)/$* -j$(NPROC)
 
 # Instructions and wall time only (the armed phase needs dtrace).  A and B
 # are the same pristine frame-pointer build (there is no pristine release
@@ -219,6 +223,25 @@ bench-framepointers-release: release $(B)/release-pristine-fp/python \
 		--python U=$(B)/release-pristine-nofp/python \
 		--out-json docs/framepointers-release.json \
 		--out-md docs/framepointers-release.md
+
+# Wall time only, each side trained twice: the four pairs across the sides
+# are what frame pointers cost release builds in wall time, the two pairs
+# within a side what a second PGO training alone moves (bench/wallpairs.py;
+# bench/analysis.md, "Release builds").  The JSON's role descriptions are
+# run.py's (A, B, C, U); wallpairs.py names each build by its directory.
+bench-framepointers-release-wall: $(B)/release-pristine-fp/python \
+		$(B)/release-pristine-fp2/python $(B)/release-pristine-nofp/python \
+		$(B)/release-pristine-nofp2/python
+	tools/deps bench
+	mkdir -p $(B)/bench-fp-wall
+	/usr/bin/python3.11 bench/run.py --skip instructions,armed --rounds 12 \
+		--python A=$(B)/release-pristine-fp/python \
+		--python B=$(B)/release-pristine-fp2/python \
+		--python C=$(B)/release-pristine-nofp2/python \
+		--python U=$(B)/release-pristine-nofp/python \
+		--out-json $(B)/bench-fp-wall/wall.json
+	/usr/bin/python3.11 bench/wallpairs.py $(B)/bench-fp-wall/wall.json \
+		--per-workload U
 
 # The release build's unarmed cost against its pristine peer built twice
 # (PGO differs from build to build; P2/P1 is that noise), in instructions
@@ -265,7 +288,7 @@ bench-quick: build $(BENCH_BUILDS)
 
 clean:
 	rm -rf $(B)/obj $(B)/obj-ft $(B)/obj-shared $(B)/release $(B)/deb $(B)/deb-dev $(B)/pristine-obj $(B)/bench-nodtrace \
-		$(B)/bench-upstream $(B)/release-pristine-fp $(B)/release-pristine-fp2 $(B)/release-pristine-nofp \
+		$(B)/bench-upstream $(B)/release-pristine-fp $(B)/release-pristine-fp2 $(B)/release-pristine-nofp $(B)/release-pristine-nofp2 $(B)/bench-fp-wall \
 		$(B)/stage $(B)/stamps
 
 distclean:

@@ -394,5 +394,52 @@ class LayoutMedian(unittest.TestCase):
         self.assertAlmostEqual(r["net_C_U"], 1.10)
 
 
+class WallPairs(unittest.TestCase):
+    # bench/wallpairs.py: every pair of a wall run, named by build directory.
+
+    def data(self):
+        # two workloads, five rounds; fp runs 5 % longer than nofp in each round,
+        # fp2 10 % longer, except in one outlier round (its slowest) that the
+        # medians must ignore
+        base = [100, 104, 98, 101, 99]
+        samples = {}
+        for w, k in (("nbody", 1.0), ("regex", 3.0)):
+            samples[w] = {
+                "A": {"region_ns": [k * 1.05 * x for x in base]},
+                "B": {"region_ns": [k * (500 if i == 1 else 1.10 * x)
+                                    for i, x in enumerate(base)]},
+                "U": {"region_ns": [k * x for x in base]}}
+        return {"interpreters": {"A": "/b/release-pristine-fp/python",
+                                 "B": "/b/release-pristine-fp2/python",
+                                 "U": "/b/release-pristine-nofp/python"},
+                "wall": {"rounds": 5, "samples": samples}}
+
+    def test_pairs(self):
+        bench_run()
+        wallpairs = load("bench_wallpairs", os.path.join(TOP, "bench", "wallpairs.py"))
+        got = {(r, b): (gm, ci) for r, b, gm, ci in wallpairs.pair_ratios(self.data())}
+        self.assertEqual(sorted(got), [("A", "B"), ("A", "U"), ("B", "U")])
+        self.assertAlmostEqual(got["A", "U"][0], 1.05)
+        self.assertAlmostEqual(got["A", "B"][0], 1.05 / 1.10)
+        self.assertAlmostEqual(got["B", "U"][0], 1.10)
+        lo, hi = got["A", "U"][1]
+        self.assertAlmostEqual(lo, 1.05)
+        self.assertAlmostEqual(hi, 1.05)
+        out = wallpairs.render(self.data(), per_workload="U")
+        self.assertIn("release-pristine-fp / release-pristine-nofp", out)
+        self.assertRegex(out, r"release-pristine-fp2 / release-pristine-nofp +\+10\.00 %")
+        self.assertRegex(out, r"regex +\+5\.00 % +\+10\.00 %")
+
+    def test_errors(self):
+        bench_run()
+        wallpairs = load("bench_wallpairs", os.path.join(TOP, "bench", "wallpairs.py"))
+        with self.assertRaisesRegex(SystemExit, "no role 'X' in the run"):
+            wallpairs.render(self.data(), per_workload="X")
+        data = self.data()
+        del data["wall"]
+        with self.assertRaisesRegex(SystemExit, "no wall phase"):
+            wallpairs.render(data)
+
+
 if __name__ == "__main__":
     unittest.main()
