@@ -19,16 +19,15 @@ ROLE follows.
 import argparse
 import itertools
 import json
-import math
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from analyze import bootstrap_ci  # noqa: E402
+from analyze import bootstrap_ci, geomean, wall_stats  # noqa: E402
+from render import pct  # noqa: E402
 
 
 def names_of(data):
@@ -37,9 +36,9 @@ def names_of(data):
             for role, path in data["interpreters"].items()}
 
 
-def median_ratio(samples, w, role, base):
-    return (statistics.median(samples[w][role]["region_ns"])
-            / statistics.median(samples[w][base]["region_ns"]))
+def medians(samples):
+    """{workload: {role: median timed region}} of a wall phase's samples."""
+    return {w: wall_stats(s, list(s))[0] for w, s in samples.items()}
 
 
 def wall_of(data):
@@ -54,16 +53,12 @@ def pair_ratios(data):
     earlier role over the later one."""
     samples = wall_of(data)["samples"]
     workloads = sorted(samples)
+    med = medians(samples)
     out = []
     for role, base in itertools.combinations(list(data["interpreters"]), 2):
-        logs = [math.log(median_ratio(samples, w, role, base)) for w in workloads]
-        gm = math.exp(sum(logs) / len(logs))
+        gm = geomean([med[w][role] / med[w][base] for w in workloads])
         out.append((role, base, gm, tuple(bootstrap_ci(samples, workloads, role, base))))
     return out
-
-
-def pct(x):
-    return f"{100 * (x - 1):+.2f} %"
 
 
 def render(data, per_workload=None):
@@ -81,14 +76,13 @@ def render(data, per_workload=None):
             raise SystemExit(f"wallpairs: no role {per_workload!r} in the run "
                              f"(roles: {', '.join(names)})")
         others = [r for r in names if r != per_workload]
-        samples = wall["samples"]
+        med = medians(wall["samples"])
         lines.append("")
         lines.append(f"per workload, median ratio to {names[per_workload]}:")
         lines.append(" " * 18 + "".join(f"{names[r]:>{width + 2}}" for r in others))
-        for w in sorted(samples):
+        for w in sorted(med):
             lines.append(f"  {w:<16}" + "".join(
-                f"{pct(median_ratio(samples, w, r, per_workload)):>{width + 2}}"
-                for r in others))
+                f"{pct(med[w][r] / med[w][per_workload]):>{width + 2}}" for r in others))
     return "\n".join(lines) + "\n"
 
 

@@ -397,6 +397,10 @@ class LayoutMedian(unittest.TestCase):
 class WallPairs(unittest.TestCase):
     # bench/wallpairs.py: every pair of a wall run, named by build directory.
 
+    def setUp(self):
+        bench_run()         # puts bench/ on sys.path, for wallpairs' imports
+        self.wallpairs = load("bench_wallpairs", os.path.join(TOP, "bench", "wallpairs.py"))
+
     def data(self):
         # two workloads, five rounds; fp runs 5 % longer than nofp in each round,
         # fp2 10 % longer, except in one outlier round (its slowest) that the
@@ -415,8 +419,7 @@ class WallPairs(unittest.TestCase):
                 "wall": {"rounds": 5, "samples": samples}}
 
     def test_pairs(self):
-        bench_run()
-        wallpairs = load("bench_wallpairs", os.path.join(TOP, "bench", "wallpairs.py"))
+        wallpairs = self.wallpairs
         got = {(r, b): (gm, ci) for r, b, gm, ci in wallpairs.pair_ratios(self.data())}
         self.assertEqual(sorted(got), [("A", "B"), ("A", "U"), ("B", "U")])
         self.assertAlmostEqual(got["A", "U"][0], 1.05)
@@ -431,8 +434,7 @@ class WallPairs(unittest.TestCase):
         self.assertRegex(out, r"regex +\+5\.00 % +\+10\.00 %")
 
     def test_errors(self):
-        bench_run()
-        wallpairs = load("bench_wallpairs", os.path.join(TOP, "bench", "wallpairs.py"))
+        wallpairs = self.wallpairs
         with self.assertRaisesRegex(SystemExit, "no role 'X' in the run"):
             wallpairs.render(self.data(), per_workload="X")
         data = self.data()
