@@ -124,6 +124,12 @@ class BuildFactsTest(unittest.TestCase):
                               os.path.dirname(name))) for name in with_flag],
                          ["Python/ceval.c"], with_flag)
         self.assertGreater(len(units), 100)
+        # The longer limit for copying the dispatch is for release (PGO)
+        # builds only: this -O3 build keeps GCC's (tools/configure).
+        self.assertEqual(sorted(
+            name for name, options in units.items()
+            if any(option.startswith("--param=max-goto-duplication-insns")
+                   for option in options)), [])
 
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):

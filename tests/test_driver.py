@@ -246,13 +246,48 @@ class DriverTest(unittest.TestCase):
     def test_bad_variant_values(self):
         obj = os.path.join(self.tmp, "obj")
         for name in ("SHARED", "OPTIMIZE", "DTRACE", "VARIANT",
-                     "FRAME_POINTERS"):
+                     "FRAME_POINTERS", "LOOP_FLAGS"):
             env = dict(self.env, **{name: "maybe"})
             proc = self.tool("configure", obj, os.path.join(BUILD, "src"),
                              env=env)
             self.assertFailsWith(proc, "%s must be " % name,
                                  "not 'maybe'")
             self.assertFalse(os.path.exists(obj), name)
+
+    def test_loop_flags_per_optimization(self):
+        # The Modules/Setup.local line for Python/ceval.o: -fno-tracer in
+        # every build with the loop flags, and the longer dispatch-copy
+        # limit only in release (PGO) builds; none without the loop flags.
+        # A source tree whose configure only succeeds stands in for
+        # CPython's, so the line is what tools/configure itself writes.
+        src = os.path.join(self.tmp, "src")
+        os.makedirs(src)
+        with open(os.path.join(src, "configure"), "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(os.path.join(src, "configure"), 0o755)
+        loop = "Python/ceval.o: PY_CORE_CFLAGS += -fno-tracer"
+        cases = [
+            ({"OPTIMIZE": "dev"}, [loop]),
+            ({"OPTIMIZE": "release"},
+             [loop + " --param max-goto-duplication-insns=30"]),
+            ({"OPTIMIZE": "release", "LOOP_FLAGS": "no",
+              "FRAME_POINTERS": "no"}, []),
+        ]
+        for variables, lines in cases:
+            with self.subTest(**variables):
+                obj = os.path.join(self.tmp, "obj")
+                proc = self.tool("configure", obj, src,
+                                 env=dict(self.env, **variables))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(os.path.join(obj, "Modules", "Setup.local")) as f:
+                    setup = f.read().splitlines()
+                self.assertEqual(setup[1:], ["*noconfig*"] + lines)
+                with open(os.path.join(obj, "usdt-configure-flags")) as f:
+                    recorded = f.read().splitlines()
+                self.assertEqual([line for line in recorded
+                                  if line.startswith("Setup.local: ")],
+                                 ["Setup.local: " + line for line in lines])
+                shutil.rmtree(obj)
 
 
 BAD_PATCH = """\
