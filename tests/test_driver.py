@@ -54,6 +54,12 @@ class DriverTest(unittest.TestCase):
         os.symlink(TARBALL, os.path.join(self.build, "dl", PIN["TARBALL"]))
         os.symlink(PRISTINE, os.path.join(self.build, "pristine"))
 
+    def write_script(self, path, text):
+        """An executable shell script at path: a stand-in for a tool."""
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + text)
+        os.chmod(path, 0o755)
+
     def assertFailsWith(self, proc, *fragments):
         self.assertNotEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         for fragment in fragments:
@@ -231,9 +237,7 @@ class DriverTest(unittest.TestCase):
         os.makedirs(obj)
         with open(os.path.join(obj, "Makefile"), "w") as f:
             f.write("prefix=\t\t/tmp/elsewhere\n")
-        with open(os.path.join(obj, "python"), "w") as f:
-            f.write("#!/bin/sh\n")
-        os.chmod(os.path.join(obj, "python"), 0o755)
+        self.write_script(os.path.join(obj, "python"), "")
         proc = self.tool("deb", obj, os.path.join(self.tmp, "out"))
         self.assertFailsWith(proc, "is configured for --prefix=/tmp/elsewhere, "
                              "not /opt/cpython-usdt")
@@ -262,9 +266,7 @@ class DriverTest(unittest.TestCase):
         # CPython's, so the line is what tools/configure itself writes.
         src = os.path.join(self.tmp, "src")
         os.makedirs(src)
-        with open(os.path.join(src, "configure"), "w") as f:
-            f.write("#!/bin/sh\nexit 0\n")
-        os.chmod(os.path.join(src, "configure"), 0o755)
+        self.write_script(os.path.join(src, "configure"), "exit 0\n")
         loop = "Python/ceval.o: PY_CORE_CFLAGS += -fno-tracer"
         cases = [
             ({"OPTIMIZE": "dev"}, [loop]),
