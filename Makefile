@@ -35,9 +35,11 @@ $(B)/dl/$(TARBALL): $(PIN) tools/fetch $(TOOLS)
 	tools/fetch
 	touch $@
 
+# prepare regenerates (autoconf): deps first, so that every target that
+# reaches it, the pristine benchmark trees too, works on a fresh machine.
 prepare: $(B)/stamps/prepare
 $(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
-		tools/prepare tools/regen $(TOOLS)
+		tools/prepare tools/regen $(TOOLS) | deps
 	tools/prepare
 
 # configure reruns only when configure itself, or our flags, change:

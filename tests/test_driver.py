@@ -292,6 +292,40 @@ class DriverTest(unittest.TestCase):
                 shutil.rmtree(obj)
 
 
+class MakefileOrderTest(unittest.TestCase):
+    """On a fresh machine every target that configures a tree installs the
+    Debian packages (tools/deps) before it regenerates (tools/prepare runs
+    autoconf) or configures, the pristine benchmark trees included."""
+
+    TARGETS = ("build", "release", "shared", "check-freethreading",
+               "{b}/pristine-obj/python", "{b}/bench-upstream/python",
+               "{b}/release-pristine-fp2/python",
+               "{b}/release-pristine-nofp2/python",
+               "bench-framepointers-release-wall")
+
+    def test_deps_come_first(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            for target in self.TARGETS:
+                target = target.format(b=build)
+                with self.subTest(target=target):
+                    # -n still runs the recursive $(MAKE) -C TREE lines,
+                    # which fail for want of the tree: only the order of
+                    # the printed steps before them counts.
+                    proc = run(["make", "-n", "-C", TOP, "B=" + build,
+                                target])
+                    lines = [line.strip() for line in
+                             proc.stdout.splitlines()]
+                    steps = [line.split()[0] for line in lines if line]
+                    self.assertIn("tools/prepare", steps)
+                    deps = steps.index("tools/deps")
+                    self.assertLess(deps, steps.index("tools/prepare"))
+                    configure = [i for i, line in enumerate(lines)
+                                 if "tools/configure " in line]
+                    self.assertTrue(configure, proc.stdout)
+                    self.assertLess(deps, configure[0])
+
+
 BAD_PATCH = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: cpython-usdt <build@cpython-usdt.invalid>
