@@ -130,9 +130,11 @@ class BuildFactsTest(unittest.TestCase):
                               os.path.dirname(name))) for name in with_flag],
                          ["Python/ceval.c"], with_flag)
         self.assertGreater(len(units), 100)
-        # The longer limit for copying the dispatch is for release (PGO)
-        # builds only: this -O3 build keeps GCC's (tools/configure).
+        # The longer limit for copying the dispatch and the priority
+        # register allocator are for release (PGO) builds only: this -O3
+        # build keeps GCC's defaults (tools/configure).
         self.assertEqual(units_with("--param=max-goto-duplication-insns"), [])
+        self.assertEqual(units_with("-fira-algorithm"), [])
 
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):

@@ -259,9 +259,11 @@ class DriverTest(unittest.TestCase):
             self.assertFalse(os.path.exists(obj), name)
 
     def test_loop_flags_per_optimization(self):
-        # The Modules/Setup.local line for Python/ceval.o: -fno-tracer in
+        # The Modules/Setup.local lines: for Python/ceval.o, -fno-tracer in
         # every build with the loop flags, and the longer dispatch-copy
-        # limit only in release (PGO) builds; none without the loop flags.
+        # limit and the priority register allocator only in release (PGO)
+        # builds, which give the allocator to Modules/_sre/sre.o too; none
+        # without the loop flags.
         # A source tree whose configure only succeeds stands in for
         # CPython's, so the line is what tools/configure itself writes.
         src = os.path.join(self.tmp, "src")
@@ -271,7 +273,10 @@ class DriverTest(unittest.TestCase):
         cases = [
             ({"OPTIMIZE": "dev"}, [loop]),
             ({"OPTIMIZE": "release"},
-             [loop + " --param max-goto-duplication-insns=30"]),
+             [loop + " --param max-goto-duplication-insns=30"
+              " -fira-algorithm=priority",
+              "Modules/_sre/sre.o: PY_BUILTIN_MODULE_CFLAGS +="
+              " -fira-algorithm=priority"]),
             ({"OPTIMIZE": "release", "LOOP_FLAGS": "no",
               "FRAME_POINTERS": "no"}, []),
         ]
