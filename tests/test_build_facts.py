@@ -125,16 +125,28 @@ class BuildFactsTest(unittest.TestCase):
                           if any(option == flag or option.startswith(flag + "=")
                                  for option in options))
 
-        with_flag = units_with("-fno-tracer")
-        self.assertEqual([os.path.relpath(name, os.path.dirname(
-                              os.path.dirname(name))) for name in with_flag],
-                         ["Python/ceval.c"], with_flag)
+        proc = run([PYTHON, "-c", "import sysconfig; "
+                    "print(sysconfig.get_config_var('srcdir')); "
+                    "print('--enable-optimizations' in "
+                    "sysconfig.get_config_var('CONFIG_ARGS'))"])
+        srcdir, release = proc.stdout.splitlines()
+        release = release == "True"
+
+        def files_with(flag):
+            # paths in the source tree (Python/ceval.c)
+            return sorted(os.path.relpath(name, srcdir)
+                          for name in units_with(flag))
+
+        self.assertEqual(files_with("-fno-tracer"), ["Python/ceval.c"])
         self.assertGreater(len(units), 100)
         # The longer limit for copying the dispatch and the priority
-        # register allocator are for release (PGO) builds only: this -O3
-        # build keeps GCC's defaults (tools/configure).
-        self.assertEqual(units_with("--param=max-goto-duplication-insns"), [])
-        self.assertEqual(units_with("-fira-algorithm"), [])
+        # register allocator are for release (PGO) builds only; -O3
+        # builds keep GCC's defaults (tools/configure).
+        self.assertEqual(files_with("--param=max-goto-duplication-insns"),
+                         ["Python/ceval.c"] if release else [])
+        self.assertEqual(files_with("-fira-algorithm"),
+                         ["Modules/_sre/sre.c", "Python/ceval.c"]
+                         if release else [])
 
     def test_stdlib_extensions(self):
         for module, package in sorted(STDLIB_EXTENSIONS.items()):
