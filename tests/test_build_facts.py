@@ -119,12 +119,6 @@ class BuildFactsTest(unittest.TestCase):
             elif "DW_AT_name" in line and producer is not None:
                 units[line.split("): ", 1)[-1].strip()] = producer
 
-        def units_with(flag):
-            # flag itself, or flag=VALUE
-            return sorted(name for name, options in units.items()
-                          if any(option == flag or option.startswith(flag + "=")
-                                 for option in options))
-
         proc = run([PYTHON, "-c", "import sysconfig; "
                     "print(sysconfig.get_config_var('srcdir')); "
                     "print('--enable-optimizations' in "
@@ -133,9 +127,12 @@ class BuildFactsTest(unittest.TestCase):
         release = release == "True"
 
         def files_with(flag):
-            # paths in the source tree (Python/ceval.c)
+            # the units given flag itself or flag=VALUE, as paths in the
+            # source tree (Python/ceval.c)
             return sorted(os.path.relpath(name, srcdir)
-                          for name in units_with(flag))
+                          for name, options in units.items()
+                          if any(option == flag or option.startswith(flag + "=")
+                                 for option in options))
 
         self.assertEqual(files_with("-fno-tracer"), ["Python/ceval.c"])
         self.assertGreater(len(units), 100)

@@ -324,9 +324,10 @@ class MakefileOrderTest(unittest.TestCase):
                     # the printed steps before them counts.
                     proc = run(["make", "-n", "-C", TOP, "B=" + build,
                                 target])
+                    # one list, so that the indices below compare
                     lines = [line.strip() for line in
-                             proc.stdout.splitlines()]
-                    steps = [line.split()[0] for line in lines if line]
+                             proc.stdout.splitlines() if line.strip()]
+                    steps = [line.split()[0] for line in lines]
                     self.assertIn("tools/prepare", steps)
                     deps = steps.index("tools/deps")
                     self.assertLess(deps, steps.index("tools/prepare"))
