@@ -102,7 +102,8 @@ class Workload:
     def __init__(self, python, round_calls, limit):
         self.rounds = []          # (end_ns, duration_ns)
         self.proc = subprocess.Popen(
-            [python, "-E", WORKLOAD, str(round_calls), str(limit)],
+            [python, "-E", "-X", "dtrace_stacks", WORKLOAD, str(round_calls),
+             str(limit)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.out = Lines(self.proc.stdout, self._round)
         self.pid = None

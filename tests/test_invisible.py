@@ -3,7 +3,7 @@
 Each case of data/invisible_workload.py prints what a program, a debugger
 or a coverage tool sees.  It runs once unarmed and once under bpftrace with
 every probe of tests/probes.txt armed (by path, from start-up; the marker
-stacks__enable in test_stack_trampoline, which removes its perf map); the outputs
+stacks__enable in the trampoline tests, which remove its perf map); the outputs
 must be equal, and equal to what pristine 3.13.5 prints (the expected
 values below, where they are short enough to read).  Cases that need an
 attach to a running process use bpftrace -p.
@@ -48,15 +48,15 @@ def program_output(stdout):
 
 class ArmedEqualsUnarmed(unittest.TestCase):
 
-    def unarmed(self, case):
-        proc = run([PYTHON, WORKLOAD, case])
+    def unarmed(self, case, env=None):
+        proc = run([PYTHON, WORKLOAD, case], env=dict(os.environ, **env or {}))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         # Without blank lines, as armed() returns them.
         return program_output(proc.stdout), proc.stderr
 
-    def armed(self, case, extra="", markers=False):
+    def armed(self, case, extra="", markers=False, env=None):
         require_bpftrace(self)
-        env = dict(os.environ, INVISIBLE_CASE=case)
+        env = dict(os.environ, INVISIBLE_CASE=case, **env or {})
         proc = Bpftrace.run(arm_all(extra, markers), WORKLOAD, env=env)
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
         return program_output(proc.stdout), hit_counts(proc.stdout)
@@ -180,15 +180,74 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         # (The GIL probes, armed too, never fire in a free-threaded build.)
         self.assertFired(hits, "thread__start", "thread__stop")
 
+    def test_profiler_toggled_during_calls(self):
+        # A profiler switched on and off inside sum(map(f, ...)), once and
+        # three times, then on for a new call at the same frame and
+        # instruction: it gets that call's c_call and c_return, and none of
+        # the calls that were in progress when it came on, however many
+        # (more than 4,096 in the nested case; sys.setprofile's own events
+        # are left out).
+        out, _ = self.unarmed("profile_toggles")
+        self.assertEqual(out, [
+            "rounds 1 [('c_call', 'sum'), ('c_return', 'sum')]",
+            "rounds 3 [('c_call', 'sum'), ('c_return', 'sum')]",
+            "nested []"])
+        armed_out, hits = self.armed("profile_toggles")
+        self.assertEqual(armed_out, out)
+        self.assertFired(hits, "cfunction__entry", "cfunction__return")
+
+    def test_trampoline_needs_consent(self):
+        # Without -X dtrace_stacks, arming stacks__enable turns no
+        # trampoline on: no co_extra free(NULL) calls, no crash in a small
+        # stack, no early RecursionError, no extra file descriptor or perf
+        # map (each of these happened when it did).
+        pidfile = os.path.join(self.tmpdir(), "pid")
+        env = {"INVISIBLE_PIDFILE": pidfile}
+        expected = [
+            "code extra index 0",
+            "free(NULL) calls 0",
+            "small stack [2000]",
+            "deep 20000"]
+        out, _ = self.unarmed("trampoline_effects", env)
+        self.assertEqual(out[:4], expected)
+        self.assertEqual(out[-2:], ["perf map False", "active False"])
+        self.assertEqual(self.perf_map(pidfile), [])
+        armed_out, hits = self.armed("trampoline_effects", markers=True,
+                                     env=env)
+        self.assertEqual(armed_out, out)
+        self.assertEqual(self.perf_map(pidfile), [])
+
+    def test_trampoline_with_consent(self):
+        # With the owner's consent the marker turns the trampoline on (its
+        # perf map names work()), and what can be avoided is: its co_extra
+        # slot comes first (index 0), so the program's free function is not
+        # called with NULL, and the program's own deactivation stops the
+        # perf map's writes.
+        pidfile = os.path.join(self.tmpdir(), "pid")
+        env = {"INVISIBLE_PIDFILE": pidfile, "PYTHONDTRACESTACKS": "1",
+               "INVISIBLE_EFFECTS": "safe"}
+        work = ("py::case_trampoline_effects.<locals>.work:" + WORKLOAD)
+        expected = ["code extra index 1", "free(NULL) calls 0",
+                    "deactivated kept"]
+        out, _ = self.unarmed("trampoline_effects", env)
+        self.assertEqual(out, expected)
+        self.assertNotIn(work, self.perf_map(pidfile))
+        armed_out, _ = self.armed("trampoline_effects", markers=True,
+                                  env=env)
+        self.assertEqual(armed_out, expected)
+        if free_threaded():
+            return
+        self.assertIn(work, self.perf_map(pidfile))
+
     def test_stack_trampoline(self):
         # With stacks__enable armed the perf-map trampoline is on, yet the
         # program sees it off until it asks for it, and deep recursion,
         # frames, tracebacks and the events of sys.monitoring and
         # sys.settrace are unchanged (pristine 3.13.5 with -X perf gives
         # three C_RETURN events for work() and a second 'exception').
+        # The owner allows it (-X dtrace_stacks).
         pidfile = os.path.join(self.tmpdir(), "pid")
-        os.environ["INVISIBLE_PIDFILE"] = pidfile
-        self.addCleanup(os.environ.pop, "INVISIBLE_PIDFILE")
+        env = {"INVISIBLE_PIDFILE": pidfile, "PYTHONDTRACESTACKS": "1"}
         work = "py::case_stack_trampoline.<locals>.work:" + WORKLOAD
         expected = [
             "active False",
@@ -204,13 +263,14 @@ class ArmedEqualsUnarmed(unittest.TestCase):
             "activated True",
             "deactivated False",
             "deactivated again False"]
-        out, _ = self.unarmed("stack_trampoline")
+        out, _ = self.unarmed("stack_trampoline", env)
         self.assertEqual(out, expected)
         # Unarmed, work() ran before the program activated the trampoline.
         self.assertFalse(work in self.perf_map(pidfile),
                          "unarmed, the trampoline was on before the program "
                          "asked (another tracer arming stacks__enable?)")
-        armed_out, _ = self.armed("stack_trampoline", markers=True)
+        armed_out, _ = self.armed("stack_trampoline", markers=True,
+                                  env=env)
         self.assertEqual(armed_out, expected)
         if free_threaded():
             # The marker does nothing there (documented limit).
@@ -326,7 +386,11 @@ class Watcher(unittest.TestCase):
                 (["-X", "dtrace_watch=2"], None,
                  "-X dtrace_watch: expected 0 or 1"),
                 ([], dict(os.environ, PYTHONDTRACEWATCH="off"),
-                 "PYTHONDTRACEWATCH: expected 0 or 1")):
+                 "PYTHONDTRACEWATCH: expected 0 or 1"),
+                (["-X", "dtrace_stacks=yes"], None,
+                 "-X dtrace_stacks: expected 0 or 1"),
+                ([], dict(os.environ, PYTHONDTRACESTACKS="2"),
+                 "PYTHONDTRACESTACKS: expected 0 or 1")):
             proc = run([PYTHON, *args, "-c", "pass"], env=env)
             self.assertNotEqual(proc.returncode, 0)
             self.assertIn(message, proc.stderr)
@@ -334,8 +398,10 @@ class Watcher(unittest.TestCase):
     def test_help(self):
         proc = run([PYTHON, "--help-xoptions"])
         self.assertIn("-X dtrace_watch=[0|1]", proc.stdout)
+        self.assertIn("-X dtrace_stacks=[0|1]", proc.stdout)
         proc = run([PYTHON, "--help-env"])
         self.assertIn("PYTHONDTRACEWATCH", proc.stdout)
+        self.assertIn("PYTHONDTRACESTACKS", proc.stdout)
 
 
 class DisableSurvivesAttach(unittest.TestCase):

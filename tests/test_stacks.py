@@ -1,7 +1,9 @@
 """python:stacks__enable: Python names in native stacks, on demand.
 
 A tracer arms the marker (it never fires; only its semaphore counts), and
-within a poll of the probe watcher the main interpreter runs every Python
+in a process started with -X dtrace_stacks (the owner's consent; without
+it the marker does nothing, test_no_consent), within a poll of the probe
+watcher the main interpreter runs every Python
 function entered from then on through a perf-map trampoline listed in
 /tmp/perf-PID.map as py::QUALNAME:FILENAME: bpftrace's ustack and perf -g
 show py:: frames between the interpreter's C frames.  When the last tracer
@@ -120,8 +122,12 @@ class Workload:
     """data/stacks_workload.py, running until finish() or the test's end;
     its perf map is removed after it."""
 
-    def __init__(self, testcase, *options):
+    def __init__(self, testcase, *options, consent=True):
         self.testcase = testcase
+        # -X dtrace_stacks: the owner allows a tracer to turn the trampoline
+        # on; without it the marker does nothing.
+        if consent:
+            options = ("-X", "dtrace_stacks", *options)
         self.proc = start(testcase, [PYTHON, *options, WORKLOAD,
                                      str(LIFETIME_S)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -456,6 +462,38 @@ class StacksTest(unittest.TestCase):
         time.sleep(max(0, disarmed + NOTICE_S - time.monotonic()))
         self.assertFalse(workload.call("fresh_2"))
         self.assertIs(workload.ask("active"), False)
+        workload.finish()
+
+    def test_no_consent(self):
+        # Without -X dtrace_stacks the marker changes nothing: no perf map,
+        # no trampoline, the calls stay specialized.
+        workload = Workload(self, consent=False)
+        unarmed = workload.ask("calls")
+        self.assertEqual(unarmed, SPECIALIZED)
+        marker = Marker(self, workload)
+        marker.require_unarmed()
+        armed = marker.arm()
+        time.sleep(max(0, armed + 2 * NOTICE_S - time.monotonic()))
+        self.assertFalse(workload.call("fresh_1"))
+        self.assertFalse(os.path.exists(workload.map_path),
+                         "%s exists" % workload.map_path)
+        self.assertEqual(workload.ask("calls"), unarmed)
+        self.assertIs(workload.ask("active"), False)
+        marker.disarm()
+        workload.finish()
+
+    def test_deactivate_after_activate(self):
+        # The program takes over the marker's trampoline, then turns it
+        # off: nothing is written to the perf map after that, although the
+        # marker is still armed.
+        workload = Workload(self)
+        marker = self.arm(workload)
+        self.assertIsNone(workload.ask("activate"))
+        self.assertIs(workload.ask("active"), True)
+        self.assertIsNone(workload.ask("deactivate"))
+        self.assertIs(workload.ask("active"), False)
+        self.assertFalse(workload.call("fresh_1"))
+        marker.disarm()
         workload.finish()
 
 

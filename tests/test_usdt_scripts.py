@@ -1207,8 +1207,9 @@ class PyprofileTest(UsdtScriptTestCase):
         if free_threaded():
             self.skipTest("the free-threaded build has no stack trampoline "
                           "for the marker")
-        workload = start(self, [PYTHON, STACKS_WORKLOAD,
-                                str(self.LIFETIME_S)],
+        # -X dtrace_stacks: the owner allows the marker's trampoline.
+        workload = start(self, [PYTHON, "-X", "dtrace_stacks",
+                                STACKS_WORKLOAD, str(self.LIFETIME_S)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
         pid = workload.pid

@@ -18,10 +18,15 @@
 #                          dies on anything else.
 #   arm_stop               dies unless bpftrace is still running and every
 #                          probe fired; stops it and logs the hit counts.
-#                          The marker stacks__enable never fires: the proof
-#                          that it was armed is the perf maps the armed
-#                          processes wrote (/tmp/perf-PID.map, naming the
-#                          interpreter's Lib/); they are counted and removed.
+#                          The marker stacks__enable never fires, and does
+#                          nothing in a process started without
+#                          -X dtrace_stacks (the regrtest's): the proof that
+#                          it was armed is a process started with
+#                          PYTHONDTRACESTACKS=1 just before the disarm,
+#                          which must find its trampoline on (its perf map
+#                          is then removed).  Perf maps that processes of
+#                          the interpreter left (-X perf tests) are counted
+#                          and removed.
 
 ARM_PID=
 ARM_DIR=
@@ -61,9 +66,9 @@ arm_firing_probes() {
     awk '!/^#/ && NF && $2 != "marker" { print $1 }' "$TOP/tests/probes.txt"
 }
 
-# The perf maps that processes of $ARM_PYTHON wrote since arm_start, for
-# stacks__enable: counted, then removed (the interpreter never removes
-# them).  Maps of processes still alive are left alone.
+# The perf maps that processes of $ARM_PYTHON wrote since arm_start and
+# left behind (the interpreter never removes them): counted, then removed.
+# Maps of processes still alive are left alone.
 arm_perf_maps() {
     local lib map pid maps=0
     lib=$("$ARM_PYTHON" -c 'import os; print(os.path.dirname(os.__file__))')
@@ -74,15 +79,32 @@ arm_perf_maps() {
         maps=$((maps + 1))
         rm -f "$map"
     done
-    log "armed: stacks__enable: $maps processes wrote a perf map (removed)"
-    if [ "$("$ARM_PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("Py_GIL_DISABLED"))')" = 1 ]; then
-        # The marker does nothing in the free-threaded build.
-        [ "$maps" -eq 0 ] ||
-            die "stacks__enable wrote perf maps in a free-threaded build"
-        return
-    fi
-    [ "$maps" -gt 0 ] ||
-        die "stacks__enable armed, but no process of $ARM_PYTHON wrote a perf map"
+    log "armed: $maps processes left a perf map (removed)"
+}
+
+# The marker stacks__enable is armed: a process that allows it
+# (PYTHONDTRACESTACKS=1) has its trampoline on within the watcher's poll.
+arm_check_marker() {
+    local out
+    out=$(env PYTHONDTRACESTACKS=1 "$ARM_PYTHON" -c '
+import os, sys, sysconfig, time
+def work():
+    pass
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    work()
+path = "/tmp/perf-%d.map" % os.getpid()
+listed = os.path.exists(path) and "py::" in open(path).read()
+if os.path.exists(path):
+    os.unlink(path)
+print("free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED")
+      else "on" if listed else "off")') ||
+        die "the stacks__enable check failed to run: $out"
+    log "armed: stacks__enable: a process started with PYTHONDTRACESTACKS=1 has its trampoline $out"
+    case $out in
+        on|free-threaded) ;;   # the marker does nothing in the free-threaded build
+        *) die "stacks__enable armed, but a process that allows it did not turn its trampoline on" ;;
+    esac
 }
 
 arm_start() {
@@ -183,6 +205,7 @@ arm_stop() {
 bpftrace's stderr ($dir/bpftrace.err):
 $(arm_errors "$dir/bpftrace.err")"
     fi
+    arm_check_marker
     kill -INT "$pid"
     for _ in $(seq 600); do arm_alive || break; sleep 0.1; done
     if arm_alive; then

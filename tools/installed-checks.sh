@@ -28,11 +28,17 @@ system_python_unchanged() {
 # bpftrace 0.17's -c looks the probes up in the child before it has loaded
 # any library ("Error finding location for probe" for libpython3.13.so).
 count_calls() {
-    local object=$1 log tracer out failed=""
-    shift
+    count_hits function__entry 'str(arg1) == "f"' "$@"
+}
+
+# count_hits PROBE PREDICATE OBJECT COMMAND...: as count_calls, the hits of
+# python:PROBE in OBJECT for which the bpftrace PREDICATE holds.
+count_hits() {
+    local probe=$1 predicate=$2 object=$3 log tracer out failed=""
+    shift 3
     log=$(mktemp)
     bpftrace -q -e "BEGIN { printf(\"attached\\n\"); }
-        usdt:$object:python:function__entry /str(arg1) == \"f\"/ { @calls = count(); }" \
+        usdt:$object:python:$probe /$predicate/ { @calls = count(); }" \
         > "$log" 2>&1 &
     tracer=$!
     for _ in $(seq 300); do
@@ -68,17 +74,23 @@ count_calls() {
 # expect_100_calls WHAT OBJECT COMMAND...: count_calls must count 100, or
 # skip for a reason bpftrace gave.
 expect_100_calls() {
-    local what=$1 calls
-    shift
+    expect_100_hits function__entry 'str(arg1) == "f"' "$@"
+}
+
+# expect_100_hits PROBE PREDICATE WHAT OBJECT COMMAND...: count_hits must
+# count 100, or skip for a reason bpftrace gave.
+expect_100_hits() {
+    local probe=$1 predicate=$2 what=$3 calls
+    shift 3
     if ! command -v bpftrace > /dev/null; then
         log "SKIPPED $what: bpftrace not found"
         return
     fi
-    calls=$(count_calls "$@")
+    calls=$(count_hits "$probe" "$predicate" "$@")
     case $calls in
-        100) log "$what: function__entry fired 100 times, seen in $1" ;;
+        100) log "$what: $probe fired 100 times, seen in $1" ;;
         skip:*) log "SKIPPED $what: bpftrace: ${calls#skip: }" ;;
-        *) die "$what: bpftrace on $1 did not count 100 calls of f: $calls" ;;
+        *) die "$what: bpftrace on $1 did not count 100 hits of $probe /$predicate/: $calls" ;;
     esac
 }
 
@@ -90,6 +102,49 @@ libpython_of() {
 # probes_of FILE: the names of the USDT probes in FILE's notes.
 probes_of() {
     readelf -n "$1" | sed -n 's/^ *Name: //p' | sort -u
+}
+
+# build_embedding DIR WORK LDFLAGS...: WORK/embed, a C program that embeds
+# the interpreter installed in DIR (python3-config --embed, then LDFLAGS),
+# and runs WORK/calls.py and WORK/tasks.py with it.
+build_embedding() {
+    local dir=$1 work=$2 cflags ldflags
+    shift 2
+    log "a C program embedding the interpreter"
+    cat > "$work/embed.c" <<'EOF'
+#include <Python.h>
+
+int
+main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s SCRIPT\n", argv[0]);
+        return 2;
+    }
+    FILE *script = fopen(argv[1], "r");
+    if (script == NULL) {
+        perror(argv[1]);
+        return 2;
+    }
+    Py_Initialize();
+    int rc = PyRun_SimpleFile(script, argv[1]);
+    fclose(script);
+    if (Py_FinalizeEx() < 0) {
+        rc = 1;
+    }
+    return rc != 0;
+}
+EOF
+    cflags=$("$dir/bin/python3-config" --cflags --embed) ||
+        die "python3-config --cflags --embed failed"
+    ldflags=$("$dir/bin/python3-config" --ldflags --embed) ||
+        die "python3-config --ldflags --embed failed"
+    # shellcheck disable=SC2086  # lists of flags
+    gcc $cflags -o "$work/embed" "$work/embed.c" $ldflags "$@" ||
+        die "the embedding program did not compile"
+    "$work/embed" "$work/calls.py" || die "the embedding program failed"
+    "$work/embed" "$work/tasks.py" ||
+        die "the embedding program failed to run asyncio's tasks"
 }
 
 # check_installed DIR VARIANT WORK: the interpreter installed in DIR
@@ -160,9 +215,35 @@ EOF
 
     printf 'def f():\n    return 1\nfor _ in range(100):\n    f()\n' > "$work/calls.py"
 
+    # 50 tasks of the C implementation (_asyncio), 2 steps each.
+    cat > "$work/tasks.py" <<'EOF'
+import asyncio
+import _asyncio
+
+async def step():
+    await asyncio.sleep(0)
+
+async def main():
+    tasks = [asyncio.create_task(step()) for _ in range(50)]
+    assert all(isinstance(t, _asyncio.Task) for t in tasks)
+    await asyncio.gather(*tasks)
+
+asyncio.run(main())
+EOF
+
     binary=$(readlink -f "$py")
     if [ "$variant" = static ]; then
         expect_100_calls "the installed binary" "$binary" "$binary" "$work/calls.py"
+        # A program linked against the static libpython gets only the
+        # archive members it references, and the shared extension modules
+        # need more (_asyncio: Python/pydtrace_asyncio.o).
+        # shellcheck disable=SC2046  # LINKFORSHARED is a list of flags
+        build_embedding "$dir" "$work" $("$py" -c 'import sysconfig; print(sysconfig.get_config_var("LINKFORSHARED"))')
+        [ -z "$(libpython_of "$work/embed")" ] ||
+            die "the embedding program loads $(libpython_of "$work/embed"), not the static library"
+        expect_100_calls "the embedding program (static)" "$work/embed" "$work/embed" "$work/calls.py"
+        expect_100_hits task__step__start 'str(arg1) == "step"' \
+            "asyncio in the embedding program (static)" "$work/embed" "$work/embed" "$work/tasks.py"
     else
         log "libpython holds the probes"
         lib=$dir/lib/libpython${PIN_VERSION%.*}.so.1.0
@@ -177,42 +258,11 @@ EOF
         expect_100_calls "python3 (shared)" "$lib" "$binary" "$work/calls.py"
         expect_100_calls "the venv's python (shared)" "$lib" "$work/venv/bin/python" "$work/calls.py"
 
-        log "a C program embedding the interpreter"
-        cat > "$work/embed.c" <<'EOF'
-#include <Python.h>
-
-int
-main(int argc, char **argv)
-{
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s SCRIPT\n", argv[0]);
-        return 2;
-    }
-    FILE *script = fopen(argv[1], "r");
-    if (script == NULL) {
-        perror(argv[1]);
-        return 2;
-    }
-    Py_Initialize();
-    int rc = PyRun_SimpleFile(script, argv[1]);
-    fclose(script);
-    if (Py_FinalizeEx() < 0) {
-        rc = 1;
-    }
-    return rc != 0;
-}
-EOF
-        cflags=$("$dir/bin/python3-config" --cflags --embed) ||
-            die "python3-config --cflags --embed failed"
-        ldflags=$("$dir/bin/python3-config" --ldflags --embed) ||
-            die "python3-config --ldflags --embed failed"
-        # An embedding program finds the library through its own run path.
-        # shellcheck disable=SC2086  # lists of flags
-        gcc $cflags -o "$work/embed" "$work/embed.c" $ldflags \
-            -Wl,-rpath,"$dir/lib" || die "the embedding program did not compile"
-        "$work/embed" "$work/calls.py" || die "the embedding program failed"
+        build_embedding "$dir" "$work" -Wl,-rpath,"$dir/lib"
         [ "$(libpython_of "$work/embed")" = "$lib" ] ||
             die "the embedding program loads '$(libpython_of "$work/embed")', not $lib"
         expect_100_calls "the embedding program" "$lib" "$work/embed" "$work/calls.py"
+        expect_100_hits task__step__start 'str(arg1) == "step"' \
+            "asyncio in the embedding program" "$lib" "$work/embed" "$work/tasks.py"
     fi
 }

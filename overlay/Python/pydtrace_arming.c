@@ -23,7 +23,8 @@
  *
  * The watcher is disabled with -X dtrace_watch=0 or PYTHONDTRACEWATCH=0;
  * probes armed later are then only noticed at the next sys.setprofile() or
- * sys.settrace() call.
+ * sys.settrace() call.  The marker python:stacks__enable does something
+ * only in a process started with -X dtrace_stacks or PYTHONDTRACESTACKS=1.
  *
  * Arming must stay invisible to Python code: the events that only the
  * probes need are hidden from sys.monitoring._all_events()
@@ -68,6 +69,14 @@
 #define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
 #define LEGACY_TRACE_EVENTS \
     (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
+
+/* _asyncio, a shared extension module, is the only user of
+ * Python/pydtrace_asyncio.c.  A program that embeds the static libpython
+ * gets only the archive members it references, and -export-dynamic
+ * exports only what it got: this reference keeps that object (and
+ * _asyncio importable) in every program that has this one. */
+static __attribute__((used)) const void *const keep_asyncio_probes =
+    &_PyDTrace_TaskStepSemaphores;
 
 /* One poll per second: at most one wakeup per second in an idle process,
  * and a tracer attached with -p sees events within about a second. */
@@ -381,13 +390,13 @@ watcher_stop(void)
     pthread_mutex_unlock(&watcher.mutex);
 }
 
-/* -X dtrace_watch[=0|1] wins over PYTHONDTRACEWATCH=0|1 (ignored with -E
- * and -I); the watcher runs unless one of them says 0.  Returns 1 or 0, or
- * -1 with *bad set to the offending setting. */
+/* -X NAME[=0|1] wins over the environment variable ENV=0|1 (ignored with
+ * -E and -I); without either, the setting is *dflt*.  Returns 1 or 0, or
+ * -1 with *bad* set to the name of the offending setting. */
 static int
-watch_setting(const PyConfig *config, const char **bad)
+bool_setting(const PyConfig *config, const wchar_t *opt, const char *env,
+             int dflt, const char **bad)
 {
-    static const wchar_t opt[] = L"dtrace_watch";
     const size_t optlen = wcslen(opt);
     for (Py_ssize_t i = config->xoptions.length - 1; i >= 0; i--) {
         const wchar_t *x = config->xoptions.items[i];
@@ -402,19 +411,21 @@ watch_setting(const PyConfig *config, const char **bad)
             return 0;
         }
         if (*value == L'=') {
-            *bad = "-X dtrace_watch: expected 0 or 1";
+            *bad = "-X";
             return -1;
         }
     }
-    const char *env = _Py_GetEnv(config->use_environment,
-                                 "PYTHONDTRACEWATCH");
-    if (env == NULL || strcmp(env, "1") == 0) {
+    const char *value = _Py_GetEnv(config->use_environment, env);
+    if (value == NULL) {
+        return dflt;
+    }
+    if (strcmp(value, "1") == 0) {
         return 1;
     }
-    if (strcmp(env, "0") == 0) {
+    if (strcmp(value, "0") == 0) {
         return 0;
     }
-    *bad = "PYTHONDTRACEWATCH: expected 0 or 1";
+    *bad = env;
     return -1;
 }
 
@@ -424,12 +435,25 @@ _PyDTrace_Init(PyThreadState *tstate)
     PyInterpreterState *interp = tstate->interp;
     int is_main = _Py_IsMainInterpreter(interp);
     if (is_main) {
+        const PyConfig *config = _PyInterpreterState_GetConfig(interp);
         const char *bad = NULL;
-        int enabled = watch_setting(_PyInterpreterState_GetConfig(interp),
-                                    &bad);
+        int enabled = bool_setting(config, L"dtrace_watch",
+                                   "PYTHONDTRACEWATCH", 1, &bad);
         if (enabled < 0) {
-            return _PyStatus_ERR(bad);
+            return _PyStatus_ERR(strcmp(bad, "-X") == 0
+                                 ? "-X dtrace_watch: expected 0 or 1"
+                                 : "PYTHONDTRACEWATCH: expected 0 or 1");
         }
+        /* The owner's consent to the perf trampoline for
+         * python:stacks__enable (Python/pydtrace_stacks.c). */
+        int stacks = bool_setting(config, L"dtrace_stacks",
+                                  "PYTHONDTRACESTACKS", 0, &bad);
+        if (stacks < 0) {
+            return _PyStatus_ERR(strcmp(bad, "-X") == 0
+                                 ? "-X dtrace_stacks: expected 0 or 1"
+                                 : "PYTHONDTRACESTACKS: expected 0 or 1");
+        }
+        _PyDTrace_StacksAllow(tstate, stacks);
         static int atfork_registered;   /* once per process */
         if (!atfork_registered) {
             if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {

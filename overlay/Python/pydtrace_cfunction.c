@@ -47,9 +47,13 @@
  * sys.monitoring.set_events(tool, CALL)) would deliver a C_RETURN that the
  * unarmed interpreter never emits.  _PyDTrace_CallToolsChanging() records
  * those calls when the first visible tool gets CALL events, and their
- * C_RETURN/C_RAISE then reaches the probe only.  A record is dropped at the
- * next CALL event of the same instruction in the same frame, so a record
- * for a call that was not in progress is harmless.
+ * C_RETURN/C_RAISE then reaches the probe only.  A call is recorded once,
+ * however often tools start watching while it runs.  A record is dropped
+ * when its call's C_RETURN/C_RAISE comes, at the next CALL event of the
+ * same instruction in the same frame (the call has ended: a frame runs one
+ * call at a time, so a record for a call that was not in progress is
+ * harmless), and when tools next start watching, if its frame no longer
+ * runs that instruction (the frame's memory may be reused).
  *
  * The probes' slot can also be what gives a code object several tools.
  * With one tool, the interpreter keeps no per-instruction tool set
@@ -158,18 +162,50 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
  * Calls in progress when a tool starts watching CALL
  * ------------------------------------------------------------------------ */
 
-#define MAX_HIDDEN_CALLS 4096
-
+/* The records form a hash set of (frame, instruction) pairs, with linear
+ * probing and backward-shift deletion: a lookup on the C-call path touches
+ * a slot or two, never the whole set.  The set is made anew, sized for what
+ * it holds, each time calls are hidden (with the world stopped): a record
+ * whose frame no longer runs that call instruction is dropped then, and a
+ * pair is recorded once however many times a tool starts watching CALL
+ * while its call runs.  Records of other interpreters are carried over as
+ * they are: their threads may be running. */
 struct hidden_call {
-    _PyInterpreterFrame *frame;
+    _PyInterpreterFrame *frame;     /* NULL: an empty slot */
     _Py_CODEUNIT *instr;
+    PyInterpreterState *interp;
 };
 
 static struct {
     PyMutex mutex;              /* guards everything below */
     Py_ssize_t count;           /* also read without the mutex */
-    struct hidden_call calls[MAX_HIDDEN_CALLS];
+    size_t mask;                /* slots - 1; the size is a power of 2 */
+    struct hidden_call *slots;  /* NULL while count is 0 */
 } hidden;
+
+static size_t
+hidden_hash(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
+{
+    uint64_t h = (uint64_t)(uintptr_t)frame * 0x9E3779B97F4A7C15u;
+    h ^= (uint64_t)(uintptr_t)instr + (h >> 29);
+    h *= 0xBF58476D1CE4E5B9u;
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* The slot of (frame, instr) in *slots*, or of the empty slot where it
+ * would go.  The set always has an empty slot (load at most 1/2). */
+static size_t
+hidden_slot(struct hidden_call *slots, size_t mask,
+            _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
+{
+    size_t i = hidden_hash(frame, instr) & mask;
+    while (slots[i].frame != NULL
+           && (slots[i].frame != frame || slots[i].instr != instr))
+    {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
 
 /* Remove the record of (frame, instr); return 1 if there was one. */
 static int
@@ -177,14 +213,29 @@ take_hidden(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
 {
     int found = 0;
     PyMutex_Lock(&hidden.mutex);
-    for (Py_ssize_t i = 0; i < hidden.count; i++) {
-        if (hidden.calls[i].frame == frame
-            && hidden.calls[i].instr == instr)
-        {
-            hidden.calls[i] = hidden.calls[hidden.count - 1];
-            _Py_atomic_store_ssize_relaxed(&hidden.count, hidden.count - 1);
+    if (hidden.slots != NULL) {
+        size_t mask = hidden.mask;
+        struct hidden_call *slots = hidden.slots;
+        size_t i = hidden_slot(slots, mask, frame, instr);
+        if (slots[i].frame != NULL) {
             found = 1;
-            break;
+            /* Backward-shift deletion: move each following record of the
+             * run whose home slot is not between the hole and it. */
+            size_t j = i;
+            for (;;) {
+                j = (j + 1) & mask;
+                if (slots[j].frame == NULL) {
+                    break;
+                }
+                size_t home = hidden_hash(slots[j].frame,
+                                          slots[j].instr) & mask;
+                if (((j - home) & mask) >= ((j - i) & mask)) {
+                    slots[i] = slots[j];
+                    i = j;
+                }
+            }
+            slots[i].frame = NULL;
+            _Py_atomic_store_ssize_relaxed(&hidden.count, hidden.count - 1);
         }
     }
     PyMutex_Unlock(&hidden.mutex);
@@ -304,30 +355,100 @@ is_call_instruction(_PyInterpreterFrame *frame)
             || opcode == CALL_FUNCTION_EX);
 }
 
+/* Whether frame *f* is running a call instruction now. */
+static int
+in_call(_PyInterpreterFrame *f)
+{
+    return f->owner != FRAME_OWNED_BY_CSTACK && is_call_instruction(f);
+}
+
+static int
+was_hidden(_PyInterpreterFrame *f)
+{
+    return hidden.slots != NULL
+        && hidden.slots[hidden_slot(hidden.slots, hidden.mask, f,
+                                    f->instr_ptr)].frame != NULL;
+}
+
 /* Record the calls in progress in the frames (of *code*, or all) of every
- * thread of *interp*.  Called with the world stopped. */
+ * thread of *interp*, keep the records of its calls that are still in
+ * progress, and drop its other records.  Called with the world stopped. */
 static void
 hide_calls_in_progress(PyInterpreterState *interp, PyCodeObject *code)
 {
     PyMutex_Lock(&hidden.mutex);
     HEAD_LOCK(interp->runtime);
+    /* Count what the new set may hold: this interpreter's calls in
+     * progress and the other interpreters' records. */
+    size_t wanted = 0;
     for (PyThreadState *ts = interp->threads.head; ts != NULL;
          ts = ts->next)
     {
         for (_PyInterpreterFrame *f = ts->current_frame; f != NULL;
              f = f->previous)
         {
-            if (f->owner == FRAME_OWNED_BY_CSTACK
-                || (code != NULL && _PyFrame_GetCode(f) != code)
-                || !is_call_instruction(f)
-                || hidden.count >= MAX_HIDDEN_CALLS)
-            {
-                continue;
-            }
-            hidden.calls[hidden.count].frame = f;
-            hidden.calls[hidden.count].instr = f->instr_ptr;
-            _Py_atomic_store_ssize_relaxed(&hidden.count, hidden.count + 1);
+            wanted += in_call(f);
         }
+    }
+    if (hidden.slots != NULL) {
+        for (size_t i = 0; i <= hidden.mask; i++) {
+            wanted += (hidden.slots[i].frame != NULL
+                       && hidden.slots[i].interp != interp);
+        }
+    }
+    size_t size = 16;
+    while (size < 2 * wanted) {
+        size *= 2;
+    }
+    struct hidden_call *slots = NULL;
+    if (wanted > 0) {
+        slots = PyMem_RawCalloc(size, sizeof(*slots));
+    }
+    if (wanted > 0 && slots == NULL) {
+        /* Out of memory (the set needs 48 bytes per call in progress):
+         * keep the set as it is.  The calls in progress that it lacks
+         * deliver a C_RETURN that the unarmed interpreter would not. */
+    }
+    else {
+        size_t mask = size - 1;
+        Py_ssize_t count = 0;
+        if (hidden.slots != NULL) {
+            for (size_t i = 0; i <= hidden.mask; i++) {
+                struct hidden_call *c = &hidden.slots[i];
+                if (c->frame != NULL && c->interp != interp) {
+                    slots[hidden_slot(slots, mask, c->frame, c->instr)] = *c;
+                    count++;
+                }
+            }
+        }
+        for (PyThreadState *ts = interp->threads.head; ts != NULL;
+             ts = ts->next)
+        {
+            for (_PyInterpreterFrame *f = ts->current_frame; f != NULL;
+                 f = f->previous)
+            {
+                if (!in_call(f)
+                    || !((code == NULL || _PyFrame_GetCode(f) == code)
+                         || was_hidden(f)))
+                {
+                    continue;
+                }
+                size_t i = hidden_slot(slots, mask, f, f->instr_ptr);
+                if (slots[i].frame == NULL) {
+                    slots[i].frame = f;
+                    slots[i].instr = f->instr_ptr;
+                    slots[i].interp = interp;
+                    count++;
+                }
+            }
+        }
+        PyMem_RawFree(hidden.slots);
+        hidden.slots = count > 0 ? slots : NULL;
+        if (count == 0) {
+            PyMem_RawFree(slots);
+        }
+        hidden.mask = size - 1;
+        _Py_atomic_store_ssize_relaxed(&hidden.count, count);
     }
     HEAD_UNLOCK(interp->runtime);
     PyMutex_Unlock(&hidden.mutex);

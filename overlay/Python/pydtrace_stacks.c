@@ -2,29 +2,51 @@
  *
  * A tracer that wants py::QUALNAME:FILENAME frames in perf, bpftrace's
  * ustack or bcc's profile arms the marker python:stacks__enable.  The marker
- * never fires; only its semaphore matters.  The probe watcher
- * (Python/pydtrace_arming.c) notices the semaphore within a poll and, from a
- * thread of the main interpreter, calls _PyDTrace_StacksApply(), which
- * turns on the perf-map trampoline of Python/perf_trampoline.c (the
+ * never fires; only its semaphore matters.  In a process whose owner allowed
+ * it at start-up (-X dtrace_stacks or PYTHONDTRACESTACKS=1), the probe
+ * watcher (Python/pydtrace_arming.c) notices the semaphore within a poll
+ * and, from a thread of the main interpreter, calls _PyDTrace_StacksApply(),
+ * which turns on the perf-map trampoline of Python/perf_trampoline.c (the
  * machinery behind -X perf): every Python function entered from then on
  * runs through its own copy of a small trampoline, listed in
  * /tmp/perf-PID.map under its Python name.  When the last tracer detaches,
  * the trampoline is turned off again.
  *
- * What Python code sees stays as if no tracer were there:
+ * Why consent: the trampoline is a PEP 523 frame evaluator, and a program
+ * can see what it costs.  Each Python call runs through extra C frames (a
+ * thread with a small stack overflows sooner, and deep recursion meets the
+ * C recursion limit sooner), it takes a co_extra slot, and it writes a
+ * perf map through one more file descriptor, a file perf reads after the
+ * process has exited, so it stays in /tmp.  Without consent, arming the
+ * marker does nothing at all; whole Python stacks then come from walking
+ * the frames in BPF (Tools/usdt/pystack.py).
+ *
+ * With consent, what Python code sees stays as if no tracer were there,
+ * except for those costs:
  *   - sys.is_stack_trampoline_active() is false while only the marker keeps
  *     the trampoline on;
  *   - sys.activate_stack_trampoline("perf") then hands the trampoline over
  *     to the program, which keeps it after the tracer leaves;
- *   - sys.deactivate_stack_trampoline() while the marker is armed turns it
- *     off as far as the program can tell, and leaves it on for the tracer;
+ *   - sys.deactivate_stack_trampoline() while only the marker keeps it on
+ *     changes nothing the program can tell; once the program has turned the
+ *     trampoline on, its deactivation turns it off, as upstream, and nothing
+ *     more is written to the perf map until a tracer arms the marker again;
  *   - a trampoline the program turned on (-X perf, PYTHONPERFSUPPORT,
- *     sys.activate_stack_trampoline()) is never turned off by a tracer.
+ *     sys.activate_stack_trampoline()) is never turned off by a tracer;
+ *   - a program's co_extra free function is not called (with NULL) for the
+ *     code objects only the trampoline touched.  code_dealloc() calls the
+ *     free function of every slot a code object has, and
+ *     _PyCode_SetExtra() gives a code object as many slots as there are
+ *     users: so the trampoline's slot is reserved at start-up, before the
+ *     program can request one (slot 0), and a code object that gets its
+ *     first extra there gets that one slot only
+ *     (_PyDTrace_StacksCodeExtraSize(), a hook in Objects/codeobject.c).
+ *     A program's own SetExtra later adds its slots as upstream.
  *
  * Turning off only clears the interpreter's frame evaluator: trampolines,
  * their code-extra slot and the perf map stay, so attaching again reuses
- * them instead of taking a new code-extra index and a new arena each time
- * (which is what _PyPerfTrampoline_Init(1) does).
+ * them instead of taking a new arena each time (which is what
+ * _PyPerfTrampoline_Init(1) does).
  *
  * Limits (docs: "Python stacks" in Doc/howto/instrumentation.rst): the main
  * interpreter only, as -X perf (the trampoline's state is process-wide);
@@ -74,6 +96,10 @@ _PyDTrace_StacksArmed(void)
 /* Guarded by the main interpreter's GIL: every function below runs in a
  * thread of the main interpreter that holds it. */
 static struct {
+    /* -X dtrace_stacks or PYTHONDTRACESTACKS=1: the owner's consent. */
+    int allowed;
+    /* The co_extra slot reserved for the trampoline under consent, or -1. */
+    Py_ssize_t code_extra_index;
     /* The trampoline is on only because the marker is armed. */
     int owned;
     /* perf_trampoline.c's frame evaluator, as seen when it was first on. */
@@ -153,10 +179,45 @@ stacks_off(PyInterpreterState *interp)
 }
 
 void
+_PyDTrace_StacksAllow(PyThreadState *tstate, int allowed)
+{
+    stacks.owned = 0;
+    stacks.evaluator = NULL;
+    stacks.allowed = allowed;
+    stacks.code_extra_index = -1;
+    if (allowed) {
+        /* Before any Python code runs: see "co_extra" above.  With no slot
+         * left, the trampoline asks for one when it starts, as upstream. */
+        stacks.code_extra_index = _PyEval_RequestCodeExtraIndex(NULL);
+    }
+    (void)tstate;
+}
+
+Py_ssize_t
+_PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate)
+{
+    if (!_Py_IsMainInterpreter(tstate->interp)) {
+        return -1;
+    }
+    return stacks.allowed ? stacks.code_extra_index : -1;
+}
+
+Py_ssize_t
+_PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp, Py_ssize_t index)
+{
+    if (stacks.allowed && index == stacks.code_extra_index
+        && _Py_IsMainInterpreter(interp))
+    {
+        return index + 1;
+    }
+    return interp->co_extra_user_count;
+}
+
+void
 _PyDTrace_StacksApply(PyThreadState *tstate, int armed)
 {
     PyInterpreterState *interp = tstate->interp;
-    if (!_Py_IsMainInterpreter(interp)) {
+    if (!_Py_IsMainInterpreter(interp) || !stacks.allowed) {
         return;
     }
     if (armed) {
@@ -184,29 +245,13 @@ _PyDTrace_StacksActivate(PyThreadState *tstate, const char *backend)
 int
 _PyDTrace_StacksDeactivate(PyThreadState *tstate)
 {
-    PyInterpreterState *interp = tstate->interp;
-    if (!_Py_IsMainInterpreter(interp)) {
-        return 0;
-    }
-    if (stacks.owned) {
-        /* Already off as far as the program can tell. */
+    if (_Py_IsMainInterpreter(tstate->interp) && stacks.owned) {
+        /* The program never turned it on: already off as far as it can
+         * tell.  A trampoline the program turned on is turned off by
+         * upstream's code, tracer or not. */
         return 1;
     }
-    if (!_PyDTrace_StacksArmed() || !_PyIsPerfTrampolineActive()) {
-        return 0;
-    }
-    if (writes_perf_map()) {
-        /* Off for the program, on for the tracer. */
-        stacks.evaluator = interp->eval_frame;
-        stacks.owned = 1;
-        return 1;
-    }
-    /* The program's trampoline writes no perf map (perf_jit): replace it
-     * with the marker's.  _PyPerfTrampoline_Init(0) cannot fail while the
-     * trampoline is the evaluator. */
-    (void)_PyPerfTrampoline_Init(0);
-    stacks_on(interp);
-    return 1;
+    return 0;
 }
 
 int
@@ -216,6 +261,25 @@ _PyDTrace_StacksHidden(PyThreadState *tstate)
 }
 
 #elif defined(WITH_DTRACE)
+
+void
+_PyDTrace_StacksAllow(PyThreadState *Py_UNUSED(tstate),
+                      int Py_UNUSED(allowed))
+{
+}
+
+Py_ssize_t
+_PyDTrace_StacksCodeExtraIndex(PyThreadState *Py_UNUSED(tstate))
+{
+    return -1;
+}
+
+Py_ssize_t
+_PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp,
+                              Py_ssize_t Py_UNUSED(index))
+{
+    return interp->co_extra_user_count;
+}
 
 void
 _PyDTrace_StacksApply(PyThreadState *Py_UNUSED(tstate), int Py_UNUSED(armed))

@@ -475,6 +475,163 @@ def case_stack_trampoline():
     print(*said, sep="\n")
 
 
+def case_profile_toggles():
+    # A profiler switched on and off while calls are in progress: armed,
+    # cfunction__* instrument every CALL, and the calls that were running
+    # when the profiler came on must not show it their c_return (and the
+    # later calls at the same frame and instruction must).
+    import os
+    events = []
+
+    def prof(frame, event, arg):
+        name = getattr(arg, "__name__", "?")
+        if event.startswith("c_") and name != "setprofile":
+            events.append((event, name))
+
+    def toggle(x):
+        sys.setprofile(prof)
+        sys.setprofile(None)
+        return x
+
+    def ident(x):
+        return x
+
+    def g(func):
+        return sum(map(func, range(4)))
+
+    said = []
+    for rounds in (1, 3):
+        for _ in range(rounds):
+            g(toggle)
+        sys.setprofile(prof)
+        g(ident)
+        sys.setprofile(None)
+        said.append("rounds %d %s" % (rounds, events))
+        events.clear()
+
+    # A profiler that comes on in every thread while more calls are in
+    # progress than the 4,096 records the hidden-call table once held:
+    # four threads, each 1,200 sum() calls deep (C recursion allows about
+    # 3,000 while armed: unspecialized builtin calls count once more).
+    import threading
+    depth, workers = 1200, 4
+    barrier = threading.Barrier(workers + 1)
+
+    def nest(n):
+        if n == 0:
+            barrier.wait()      # all in progress
+            barrier.wait()      # the profiler is on
+            return 0
+        return sum(map(nest, (n - 1,)))
+
+    sys.setrecursionlimit(depth + 100)
+    threading.stack_size(64 << 20)
+    threads = [threading.Thread(target=nest, args=(depth,))
+               for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    threading.stack_size(0)
+    barrier.wait()
+    threading.setprofile_all_threads(prof)
+    barrier.wait()
+    for thread in threads:
+        thread.join()
+    threading.setprofile_all_threads(None)
+    sys.setrecursionlimit(1000)
+    events[:] = [e for e in events if e[1] == "sum"]
+    counts = {}
+    for event in events:
+        counts[event] = counts.get(event, 0) + 1
+    said.append("nested %s" % sorted(counts.items()))
+    print(*said, sep="\n")
+
+
+def deactivate_writes(work):
+    """Whether the perf map grows after the program's own activate and
+    deactivate of the trampoline."""
+    import os
+    path = "/tmp/perf-%d.map" % os.getpid()
+    sys.activate_stack_trampoline("perf")
+    sys.deactivate_stack_trampoline()
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    for i in range(10):
+        eval("lambda: work(3)", {"work": work})()
+    after = os.path.getsize(path) if os.path.exists(path) else 0
+    return "grew" if after > size else "kept"
+
+
+def case_trampoline_effects():
+    # What the perf trampoline would change, were it on: run past the
+    # watcher's first poll (within a second of start-up), then look.
+    import ctypes
+    import gc
+    import os
+    import re
+    import threading
+    import time
+
+    if "INVISIBLE_PIDFILE" in os.environ:
+        with open(os.environ["INVISIBLE_PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
+    # INVISIBLE_EFFECTS=safe: not the parts that crash or fail under the
+    # trampoline (for a run where the owner allowed it).
+    safe = os.environ.get("INVISIBLE_EFFECTS") == "safe"
+    freefunc = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    nulls = []
+    free = freefunc(lambda extra: nulls.append(extra) if not extra else None)
+    request = ctypes.pythonapi.PyUnstable_Eval_RequestCodeExtraIndex
+    request.restype = ctypes.c_ssize_t
+    request.argtypes = [freefunc]
+    index = request(free)
+
+    def work(n):
+        return work(n - 1) + 1 if n else 0
+
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        work(20)
+    said = ["code extra index %d" % index]
+    # Code objects the trampoline would touch: freed with NULL extras.
+    for i in range(100):
+        f = eval("lambda: %d" % i)
+        f()
+        del f
+    gc.collect()
+    said.append("free(NULL) calls %d" % len(nulls))
+    if safe:
+        said.append("deactivated %s" % deactivate_writes(work))
+        print(*said, sep="\n")
+        return
+    # A thread with a small C stack, recursing.
+    sys.setrecursionlimit(100000)
+    result = []
+    threading.stack_size(256 * 1024)
+    thread = threading.Thread(target=lambda: result.append(work(2000)))
+    thread.start()
+    thread.join()
+    threading.stack_size(0)
+    said.append("small stack %s" % result)
+    # Deep recursion: the C recursion limit counts trampoline frames.
+    try:
+        said.append("deep %d" % work(20000))
+    except RecursionError as e:
+        said.append("deep RecursionError %s" % e)
+    sys.setrecursionlimit(1000)
+    # Pipes and sockets by kind, not inode.
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(re.sub(r"\[\d+\]$", "",
+                              os.readlink("/proc/self/fd/" + fd)))
+        except FileNotFoundError:
+            pass            # listdir()'s own
+    said.append("fds %s" % sorted(fds))
+    said.append("perf map %s" % os.path.exists(
+        "/tmp/perf-%d.map" % os.getpid()))
+    said.append("active %s" % sys.is_stack_trampoline_active())
+    print(*said, sep="\n")
+
+
 if __name__ == "__main__":
     import os
     case = sys.argv[1] if len(sys.argv) > 1 else os.environ["INVISIBLE_CASE"]

@@ -393,6 +393,17 @@ PyAPI_FUNC(void) _PyDTrace_FireTaskStep(int done, PyObject *task_name,
  * returns 1, and sys.is_stack_trampoline_active() is false while
  * _PyDTrace_StacksHidden() is 1 (the trampoline is on for a tracer only). */
 extern int _PyDTrace_StacksArmed(void);
+/* -X dtrace_stacks: whether the owner allows a tracer to turn the
+ * trampoline on, set by _PyDTrace_Init() in the main interpreter before
+ * its first frame; and the co_extra slot reserved then for the trampoline
+ * (-1 if none), which Python/perf_trampoline.c takes. */
+extern void _PyDTrace_StacksAllow(PyThreadState *tstate, int allowed);
+extern Py_ssize_t _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate);
+/* How many co_extra slots _PyCode_SetExtra() gives a code object that
+ * needs slot *index*: upstream's co_extra_user_count, but only the
+ * trampoline's own slot when the trampoline a tracer turned on asks. */
+extern Py_ssize_t _PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp,
+                                                Py_ssize_t index);
 extern void _PyDTrace_StacksApply(PyThreadState *tstate, int armed);
 extern int _PyDTrace_StacksActivate(PyThreadState *tstate,
                                     const char *backend);
@@ -461,6 +472,9 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
 #define _PyDTrace_THREAD_STOP() ((void)0)
 #define _PyDTrace_TASK_STEP_START(task_name, coro) ((void)0)
 #define _PyDTrace_TASK_STEP_DONE(task_name, coro) ((void)0)
+#define _PyDTrace_StacksCodeExtraIndex(tstate) ((Py_ssize_t)-1)
+#define _PyDTrace_StacksCodeExtraSize(interp, index) \
+    ((interp)->co_extra_user_count)
 #define _PyDTrace_StacksActivate(tstate, backend) 0
 #define _PyDTrace_StacksDeactivate(tstate) 0
 #define _PyDTrace_StacksHidden(tstate) 0
