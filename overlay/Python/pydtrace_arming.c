@@ -390,17 +390,39 @@ watcher_stop(void)
     pthread_mutex_unlock(&watcher.mutex);
 }
 
-/* -X NAME[=0|1] wins over the environment variable ENV=0|1 (ignored with
- * -E and -I); without either, the setting is *dflt*.  Returns 1 or 0, or
- * -1 with *bad* set to the name of the offending setting. */
+/* A setting of -X NAME[=0|1] and of an environment variable ENV=0|1: the
+ * -X option wins over the variable (which -E and -I ignore); without
+ * either, the setting is *dflt*. */
+struct bool_setting {
+    const wchar_t *opt;
+    const char *env;
+    int dflt;
+    const char *bad_opt;        /* the errors for a value not 0 or 1 */
+    const char *bad_env;
+};
+
+/* -X dtrace_watch=0 or PYTHONDTRACEWATCH=0: no watcher thread. */
+static const struct bool_setting watch_setting = {
+    L"dtrace_watch", "PYTHONDTRACEWATCH", 1,
+    "-X dtrace_watch: expected 0 or 1", "PYTHONDTRACEWATCH: expected 0 or 1",
+};
+
+/* -X dtrace_stacks or PYTHONDTRACESTACKS=1: the owner's consent to the perf
+ * trampoline for python:stacks__enable (Python/pydtrace_stacks.c). */
+static const struct bool_setting stacks_setting = {
+    L"dtrace_stacks", "PYTHONDTRACESTACKS", 0,
+    "-X dtrace_stacks: expected 0 or 1", "PYTHONDTRACESTACKS: expected 0 or 1",
+};
+
+/* Returns 1 or 0, or -1 with *bad* set to the error. */
 static int
-bool_setting(const PyConfig *config, const wchar_t *opt, const char *env,
-             int dflt, const char **bad)
+read_setting(const PyConfig *config, const struct bool_setting *setting,
+             const char **bad)
 {
-    const size_t optlen = wcslen(opt);
+    const size_t optlen = wcslen(setting->opt);
     for (Py_ssize_t i = config->xoptions.length - 1; i >= 0; i--) {
         const wchar_t *x = config->xoptions.items[i];
-        if (wcsncmp(x, opt, optlen) != 0) {
+        if (wcsncmp(x, setting->opt, optlen) != 0) {
             continue;
         }
         const wchar_t *value = x + optlen;
@@ -411,13 +433,13 @@ bool_setting(const PyConfig *config, const wchar_t *opt, const char *env,
             return 0;
         }
         if (*value == L'=') {
-            *bad = "-X";
+            *bad = setting->bad_opt;
             return -1;
         }
     }
-    const char *value = _Py_GetEnv(config->use_environment, env);
+    const char *value = _Py_GetEnv(config->use_environment, setting->env);
     if (value == NULL) {
-        return dflt;
+        return setting->dflt;
     }
     if (strcmp(value, "1") == 0) {
         return 1;
@@ -425,7 +447,7 @@ bool_setting(const PyConfig *config, const wchar_t *opt, const char *env,
     if (strcmp(value, "0") == 0) {
         return 0;
     }
-    *bad = env;
+    *bad = setting->bad_env;
     return -1;
 }
 
@@ -437,21 +459,13 @@ _PyDTrace_Init(PyThreadState *tstate)
     if (is_main) {
         const PyConfig *config = _PyInterpreterState_GetConfig(interp);
         const char *bad = NULL;
-        int enabled = bool_setting(config, L"dtrace_watch",
-                                   "PYTHONDTRACEWATCH", 1, &bad);
+        int enabled = read_setting(config, &watch_setting, &bad);
         if (enabled < 0) {
-            return _PyStatus_ERR(strcmp(bad, "-X") == 0
-                                 ? "-X dtrace_watch: expected 0 or 1"
-                                 : "PYTHONDTRACEWATCH: expected 0 or 1");
+            return _PyStatus_ERR(bad);
         }
-        /* The owner's consent to the perf trampoline for
-         * python:stacks__enable (Python/pydtrace_stacks.c). */
-        int stacks = bool_setting(config, L"dtrace_stacks",
-                                  "PYTHONDTRACESTACKS", 0, &bad);
+        int stacks = read_setting(config, &stacks_setting, &bad);
         if (stacks < 0) {
-            return _PyStatus_ERR(strcmp(bad, "-X") == 0
-                                 ? "-X dtrace_stacks: expected 0 or 1"
-                                 : "PYTHONDTRACESTACKS: expected 0 or 1");
+            return _PyStatus_ERR(bad);
         }
         _PyDTrace_StacksAllow(tstate, stacks);
         static int atfork_registered;   /* once per process */
