@@ -61,6 +61,28 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
         return program_output(proc.stdout), hit_counts(proc.stdout)
 
+    def armed_pathwide(self, case, env=None, markers=True):
+        """Run *case* as an ordinary child while one bpftrace arms every
+        probe by path (no -c, which hides the child's exit status): its
+        output (without blank lines), exit status and the hit counts."""
+        require_bpftrace(self)
+        program = arm_all(
+            'interval:ms:50 /@attached == 0/ { @attached = 1; '
+            'printf("attached\\n"); } END { clear(@attached); }', markers)
+        tracer = start(self, ["bpftrace", "-q", "-e", program],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        line = tracer.stdout.readline()
+        if line != "attached\n":
+            out, err = tracer.communicate(timeout=60)
+            self.fail("bpftrace did not attach: %s"
+                      % (Bpftrace.errors(err) or line + out))
+        proc = run([PYTHON, WORKLOAD, case],
+                   env=dict(os.environ, **env or {}), timeout=300)
+        out, err = Bpftrace.interrupt(tracer)
+        self.assertEqual(tracer.returncode, 0, Bpftrace.errors(err))
+        return (program_output(proc.stdout), proc.returncode,
+                hit_counts(out))
+
     def check(self, case, expected=None):
         """Armed output == unarmed output (== expected, if given); returns
         the probes' hit counts."""
@@ -212,10 +234,13 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         self.assertEqual(out[:4], expected)
         self.assertEqual(out[-2:], ["perf map False", "active False"])
         self.assertEqual(self.perf_map(pidfile), [])
-        armed_out, hits = self.armed("trampoline_effects", markers=True,
-                                     env=env)
-        self.assertEqual(armed_out, out)
+        # Armed by path, so that the exit status shows (the free function
+        # crashed the process at exit when the trampoline was on).
+        armed_out, status, hits = self.armed_pathwide("trampoline_effects",
+                                                      env)
+        self.assertEqual((armed_out, status), (out, 0))
         self.assertEqual(self.perf_map(pidfile), [])
+        self.assertFired(hits, "function__entry", "line")
 
     def test_trampoline_with_consent(self):
         # With the owner's consent the marker turns the trampoline on (its
