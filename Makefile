@@ -52,10 +52,15 @@ configure: $(B)/obj/usdt-configure-flags
 $(B)/obj/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
 	PREFIX=$(PREFIX) tools/configure $(B)/obj $(CURDIR)/$(B)/src
 
-# Record PREFIX so that changing it reconfigures.
+# Record PREFIX so that changing it reconfigures.  The stamp is out of date
+# only when it records another prefix (or none), so that `make -n` shows a
+# reconfigure only when there will be one.
+ifneq ($(file <$(B)/stamps/prefix),$(PREFIX))
 $(B)/stamps/prefix: FORCE
+endif
+$(B)/stamps/prefix:
 	@mkdir -p $(@D)
-	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+	@echo '$(PREFIX)' > $@
 
 # sys.version names build/src's tag and commit (tools/prepare), compiled
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object

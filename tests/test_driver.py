@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import unittest
 
 from support import BUILD, TOP, run
@@ -335,6 +336,56 @@ class MakefileOrderTest(unittest.TestCase):
                                  if "tools/configure " in line]
                     self.assertTrue(configure, proc.stdout)
                     self.assertLess(deps, configure[0])
+
+
+class MakefilePreviewTest(unittest.TestCase):
+    """`make -n TARGET` shows a reconfigure only when there would be one:
+    the prefix stamp is out of date only when PREFIX changed."""
+
+    def test_no_reconfigure_when_up_to_date(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            # A tree whose every stamp is newer than its inputs, in the
+            # order make builds them, configured for the default prefix.
+            chain = [os.path.join("dl", PIN["TARBALL"]),
+                     os.path.join("stamps", "prepare"),
+                     os.path.join("src", "configure"),
+                     os.path.join("stamps", "prefix"),
+                     os.path.join("obj", "usdt-configure-flags")]
+            now = time.time_ns()
+            for k, name in enumerate(chain):
+                path = os.path.join(build, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    if name.endswith("prefix"):
+                        f.write("/opt/cpython-usdt\n")
+                os.utime(path, ns=(now + k * 1000, now + k * 1000))
+
+            def preview(*args):
+                proc = run(["make", "-n", "-C", TOP, "B=" + build,
+                            "configure", *args])
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                return proc.stdout
+
+            out = preview()
+            self.assertNotIn("tools/configure", out)
+            self.assertNotIn("stamps/prefix", out)
+            out = preview("PREFIX=/opt/cpython-usdt")
+            self.assertNotIn("tools/configure", out)
+            # Another prefix: the stamp is rewritten and the tree
+            # reconfigured, in that order.
+            out = preview("PREFIX=/opt/elsewhere")
+            lines = out.splitlines()
+            stamp = [i for i, line in enumerate(lines)
+                     if "/opt/elsewhere" in line and "stamps/prefix" in line]
+            configure = [i for i, line in enumerate(lines)
+                         if "tools/configure" in line
+                         and "PREFIX=/opt/elsewhere" in line]
+            self.assertTrue(stamp and configure, out)
+            self.assertLess(stamp[0], configure[0])
+            # No stamp yet: it is written.
+            os.unlink(os.path.join(build, "stamps", "prefix"))
+            self.assertIn("tools/configure", preview())
 
 
 BAD_PATCH = """\
