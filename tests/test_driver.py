@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from support import BUILD, TOP, run
+from support import BUILD, PYTHON, TOP, run
 
 with open(os.path.join(TOP, "upstream", "3.13")) as pin:
     PIN = dict(line.split("=", 1) for line in pin.read().splitlines()
@@ -386,6 +386,83 @@ class MakefilePreviewTest(unittest.TestCase):
             # No stamp yet: it is written.
             os.unlink(os.path.join(build, "stamps", "prefix"))
             self.assertIn("tools/configure", preview())
+
+
+ATTACH_ERROR = ("ERROR: Error attaching probe: usdt:stand-in: "
+                "Operation not permitted")
+
+
+class RequireTracerTest(unittest.TestCase):
+    """With a bpftrace that cannot attach (a stand-in on PATH that prints an
+    attach error and exits 1), the tracer-dependent tests skip with its
+    error; under CI (or REQUIRE_TRACER) they fail with it instead."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="require-tracer-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        bindir = os.path.join(self.tmp, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "bpftrace"), "w") as f:
+            f.write("#!/bin/sh\necho '%s' >&2\nexit 1\n" % ATTACH_ERROR)
+        os.chmod(os.path.join(bindir, "bpftrace"), 0o755)
+        self.env = dict(os.environ, PATH=bindir + ":" + os.environ["PATH"],
+                        BUILD=os.path.join(self.tmp, "build"))
+        for var in ("CI", "REQUIRE_TRACER"):
+            self.env.pop(var, None)
+
+    def settings(self):
+        """(name, extra environment, whether skipping fails) of each
+        setting of the mode."""
+        return [("unset", {}, False), ("CI=true", {"CI": "true"}, True),
+                ("CI empty", {"CI": ""}, False),
+                ("REQUIRE_TRACER=1", {"REQUIRE_TRACER": "1"}, True),
+                ("REQUIRE_TRACER=0", {"REQUIRE_TRACER": "0"}, False)]
+
+    def test_tracer_tests(self):
+        # test_bpftrace_smoke: two tests, each needing bpftrace.
+        for name, extra, required in self.settings():
+            with self.subTest(name):
+                proc = run([PYTHON, "-m", "unittest", "-v",
+                            "test_bpftrace_smoke"],
+                           cwd=os.path.join(TOP, "tests"),
+                           env=dict(self.env, **extra), timeout=300)
+                out = proc.stdout + proc.stderr
+                self.assertIn("Ran 2 tests", out)
+                if required:
+                    self.assertNotEqual(proc.returncode, 0, out)
+                    self.assertIn("FAILED (failures=2)", out)
+                    self.assertEqual(out.count("AssertionError: bpftrace "
+                                               "cannot trace here"), 2, out)
+                else:
+                    self.assertEqual(proc.returncode, 0, out)
+                    self.assertIn("OK (skipped=2)", out)
+                # Each says why, in the tracer's words.
+                self.assertEqual(out.count(ATTACH_ERROR), 2, out)
+
+    def test_shell_checks(self):
+        # The installed interpreter's probe check (tools/check-install,
+        # tools/check-deb) and the armed regrtest (tools/regrtest armed).
+        commands = {
+            "probe check": ["bash", "-c", ". tools/lib.sh; "
+                            ". tools/installed-checks.sh; "
+                            "expect_100_calls 'the stand-in' %s true"
+                            % PYTHON],
+            "armed regrtest": ["tools/regrtest", os.path.dirname(PYTHON),
+                               "armed", "test_bool"],
+        }
+        for what, command in commands.items():
+            for name, extra, required in self.settings():
+                with self.subTest(what=what, setting=name):
+                    proc = run(command, cwd=TOP, timeout=300,
+                               env=dict(self.env, **extra))
+                    self.assertIn(ATTACH_ERROR, proc.stderr)
+                    if required:
+                        self.assertNotEqual(proc.returncode, 0, proc.stderr)
+                        self.assertIn("error:", proc.stderr)
+                        self.assertNotIn("SKIPPED", proc.stderr)
+                    else:
+                        self.assertEqual(proc.returncode, 0, proc.stderr)
+                        self.assertIn("SKIPPED", proc.stderr)
 
 
 BAD_PATCH = """\

@@ -66,18 +66,18 @@ count_calls() {
 }
 
 # expect_100_calls WHAT OBJECT COMMAND...: count_calls must count 100, or
-# skip for a reason bpftrace gave.
+# skip for a reason bpftrace gave (fail under CI or REQUIRE_TRACER).
 expect_100_calls() {
     local what=$1 calls
     shift
     if ! command -v bpftrace > /dev/null; then
-        log "SKIPPED $what: bpftrace not found"
+        skip_tracer "$what: bpftrace not found"
         return
     fi
     calls=$(count_calls "$@")
     case $calls in
         100) log "$what: function__entry fired 100 times, seen in $1" ;;
-        skip:*) log "SKIPPED $what: bpftrace: ${calls#skip: }" ;;
+        skip:*) skip_tracer "$what: bpftrace: ${calls#skip: }" ;;
         *) die "$what: bpftrace on $1 did not count 100 calls of f: $calls" ;;
     esac
 }
