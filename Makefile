@@ -46,7 +46,12 @@ $(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 # tools/prepare rewrites build/src/configure only when its content changes.
 # The target is the flag record that tools/configure writes last, not the
 # Makefile, which CPython's own make regenerates (config.status) on its own.
-$(B)/src/configure: $(B)/stamps/prepare ;
+# The no-op recipe runs under `make -n` too (+), so that make looks at
+# configure's time again afterwards, as a real run does, rather than assume
+# it changed whenever the prepare stamp (written after it) is newer: then
+# `make -n` shows a reconfigure only when there will be one.
+$(B)/src/configure: $(B)/stamps/prepare
+	+@:
 
 configure: $(B)/obj/usdt-configure-flags
 $(B)/obj/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix

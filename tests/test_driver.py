@@ -346,10 +346,12 @@ class MakefilePreviewTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             build = os.path.join(tmp, "build")
             # A tree whose every stamp is newer than its inputs, in the
-            # order make builds them, configured for the default prefix.
+            # order make and tools/prepare write them (the prepare stamp
+            # last, after configure, which it rewrites only when its
+            # content changes), configured for the default prefix.
             chain = [os.path.join("dl", PIN["TARBALL"]),
-                     os.path.join("stamps", "prepare"),
                      os.path.join("src", "configure"),
+                     os.path.join("stamps", "prepare"),
                      os.path.join("stamps", "prefix"),
                      os.path.join("obj", "usdt-configure-flags")]
             now = time.time_ns()
