@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -322,8 +323,12 @@ remove_stale_directories(const char *tmp, const struct identity *self)
                 continue;               /* the owner runs */
             }
         }
-        else if (errno != ENOENT && errno != ESRCH) {
-            continue;                   /* cannot tell */
+        else if ((errno != ENOENT && errno != ESRCH)
+                 || kill(pid, 0) == 0 || errno != ESRCH)
+        {
+            /* Cannot tell, or the pid runs but /proc hides it (mounted
+             * with hidepid, and the process changed its user). */
+            continue;
         }
         remove_directory_at(dirfd(dir), entry->d_name, &st);
     }
