@@ -46,16 +46,26 @@ $(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 # tools/prepare rewrites build/src/configure only when its content changes.
 # The target is the flag record that tools/configure writes last, not the
 # Makefile, which CPython's own make regenerates (config.status) on its own.
-$(B)/src/configure: $(B)/stamps/prepare ;
+# The no-op recipe runs under `make -n` too (+), so that make looks at
+# configure's time again afterwards, as a real run does, rather than assume
+# it changed whenever the prepare stamp (written after it) is newer: then
+# `make -n` shows a reconfigure only when there will be one.
+$(B)/src/configure: $(B)/stamps/prepare
+	+@:
 
 configure: $(B)/obj/usdt-configure-flags
 $(B)/obj/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
 	PREFIX=$(PREFIX) tools/configure $(B)/obj $(CURDIR)/$(B)/src
 
-# Record PREFIX so that changing it reconfigures.
+# Record PREFIX so that changing it reconfigures.  The stamp is out of date
+# only when it records another prefix (or none), so that `make -n` shows a
+# reconfigure only when there will be one.
+ifneq ($(file <$(B)/stamps/prefix),$(PREFIX))
 $(B)/stamps/prefix: FORCE
+endif
+$(B)/stamps/prefix:
 	@mkdir -p $(@D)
-	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+	@echo '$(PREFIX)' > $@
 
 # sys.version names build/src's tag and commit (tools/prepare), compiled
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object
@@ -82,19 +92,20 @@ release: deps $(B)/release/usdt-configure-flags
 $(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
 	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(B)/release $(CURDIR)/$(B)/src
 
-# The README's test command: build facts, our tests, test_dtrace and a
-# bpftrace smoke test, then the regrtest subset, armed and unarmed, then
-# the .deb of build/obj installed and removed, then installs into temporary
-# prefixes, static and shared (which leave build/obj and build/obj-shared
-# configured for them: the next `make` reconfigures).
+# The README's test command, tools/check-all: build facts, our tests,
+# test_dtrace and a bpftrace smoke test (tools/check), then the regrtest
+# subset, armed and unarmed (tools/regrtest), then the .deb of build/obj
+# installed and removed (tools/deb, tools/check-deb), then installs into
+# temporary prefixes, static and shared (tools/check-install, make
+# check-shared; they leave build/obj and build/obj-shared configured for
+# them: the next `make` reconfigures).  It stops at the first tier that
+# fails, prints what each tier ran, failed and skipped, and fails if the
+# run left probe directories or perf maps in /tmp.  With CI set, or
+# REQUIRE_TRACER=1, a test that cannot trace fails instead of skipping.
+REQUIRE_TRACER ?=
+export REQUIRE_TRACER
 check: build
-	tools/check $(B)/obj
-	tools/regrtest $(B)/obj subset
-	tools/regrtest $(B)/obj armed
-	tools/deb $(B)/obj $(B)/deb-dev
-	tools/check-deb $(B)/deb-dev
-	tools/check-install
-	$(MAKE) check-shared
+	tools/check-all $(B)/obj $(B)/deb-dev
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.

@@ -283,10 +283,30 @@ def ref_ctr_mismatches(binary, seconds=600):
     return found
 
 
+def tracer_required():
+    """True where a tracer that cannot trace is a failure, not a skip: when
+    CI is set (non-empty; .ci/run runs under it) or REQUIRE_TRACER is set
+    to anything but "" or "0" (make check REQUIRE_TRACER=1), so that a
+    machine that cannot trace does not pass without firing a probe."""
+    return bool(os.environ.get("CI")) or os.environ.get(
+        "REQUIRE_TRACER", "") not in ("", "0")
+
+
+def tracer_unusable(reason):
+    """Raise for a test that cannot run because bpftrace cannot trace here
+    (missing, not root, cannot attach): SkipTest with the tracer's reason,
+    or, where tracer_required(), AssertionError with it."""
+    if tracer_required():
+        raise AssertionError("bpftrace cannot trace here, and CI or "
+                             "REQUIRE_TRACER requires it: %s" % reason)
+    raise unittest.SkipTest(reason)
+
+
 def require_bpftrace(testcase):
+    """Skip (fail where tracer_required()) unless bpftrace can attach."""
     reason = Bpftrace.usable()
     if reason is not None:
-        testcase.skipTest(reason)
+        tracer_unusable(reason)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import unittest
 
-from support import BUILD, TOP, run
+from support import BUILD, PYTHON, TOP, run
 
 with open(os.path.join(TOP, "upstream", "3.13")) as pin:
     PIN = dict(line.split("=", 1) for line in pin.read().splitlines()
@@ -335,6 +336,280 @@ class MakefileOrderTest(unittest.TestCase):
                                  if "tools/configure " in line]
                     self.assertTrue(configure, proc.stdout)
                     self.assertLess(deps, configure[0])
+
+
+class MakefilePreviewTest(unittest.TestCase):
+    """`make -n TARGET` shows a reconfigure only when there would be one:
+    the prefix stamp is out of date only when PREFIX changed."""
+
+    def test_no_reconfigure_when_up_to_date(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            # A tree whose every stamp is newer than its inputs, in the
+            # order make and tools/prepare write them (the prepare stamp
+            # last, after configure, which it rewrites only when its
+            # content changes), configured for the default prefix.
+            chain = [os.path.join("dl", PIN["TARBALL"]),
+                     os.path.join("src", "configure"),
+                     os.path.join("stamps", "prepare"),
+                     os.path.join("stamps", "prefix"),
+                     os.path.join("obj", "usdt-configure-flags")]
+            now = time.time_ns()
+            for k, name in enumerate(chain):
+                path = os.path.join(build, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    if name.endswith("prefix"):
+                        f.write("/opt/cpython-usdt\n")
+                os.utime(path, ns=(now + k * 1000, now + k * 1000))
+
+            def preview(*args):
+                proc = run(["make", "-n", "-C", TOP, "B=" + build,
+                            "configure", *args])
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                return proc.stdout
+
+            out = preview()
+            self.assertNotIn("tools/configure", out)
+            self.assertNotIn("stamps/prefix", out)
+            out = preview("PREFIX=/opt/cpython-usdt")
+            self.assertNotIn("tools/configure", out)
+            # Another prefix: the stamp is rewritten and the tree
+            # reconfigured, in that order.
+            out = preview("PREFIX=/opt/elsewhere")
+            lines = out.splitlines()
+            stamp = [i for i, line in enumerate(lines)
+                     if "/opt/elsewhere" in line and "stamps/prefix" in line]
+            configure = [i for i, line in enumerate(lines)
+                         if "tools/configure" in line
+                         and "PREFIX=/opt/elsewhere" in line]
+            self.assertTrue(stamp and configure, out)
+            self.assertLess(stamp[0], configure[0])
+            # No stamp yet: it is written.
+            os.unlink(os.path.join(build, "stamps", "prefix"))
+            self.assertIn("tools/configure", preview())
+
+
+ATTACH_ERROR = ("ERROR: Error attaching probe: usdt:stand-in: "
+                "Operation not permitted")
+
+
+class RequireTracerTest(unittest.TestCase):
+    """With a bpftrace that cannot attach (a stand-in on PATH that prints an
+    attach error and exits 1), the tracer-dependent tests skip with its
+    error; under CI (or REQUIRE_TRACER) they fail with it instead."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="require-tracer-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        bindir = os.path.join(self.tmp, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "bpftrace"), "w") as f:
+            f.write("#!/bin/sh\necho '%s' >&2\nexit 1\n" % ATTACH_ERROR)
+        os.chmod(os.path.join(bindir, "bpftrace"), 0o755)
+        self.env = dict(os.environ, PATH=bindir + ":" + os.environ["PATH"],
+                        BUILD=os.path.join(self.tmp, "build"))
+        for var in ("CI", "REQUIRE_TRACER"):
+            self.env.pop(var, None)
+
+    def settings(self):
+        """(name, extra environment, whether skipping fails) of each
+        setting of the mode."""
+        return [("unset", {}, False), ("CI=true", {"CI": "true"}, True),
+                ("CI empty", {"CI": ""}, False),
+                ("REQUIRE_TRACER=1", {"REQUIRE_TRACER": "1"}, True),
+                ("REQUIRE_TRACER=0", {"REQUIRE_TRACER": "0"}, False)]
+
+    def test_tracer_tests(self):
+        # test_bpftrace_smoke: two tests, each needing bpftrace.
+        for name, extra, required in self.settings():
+            with self.subTest(name):
+                proc = run([PYTHON, "-m", "unittest", "-v",
+                            "test_bpftrace_smoke"],
+                           cwd=os.path.join(TOP, "tests"),
+                           env=dict(self.env, **extra), timeout=300)
+                out = proc.stdout + proc.stderr
+                self.assertIn("Ran 2 tests", out)
+                if required:
+                    self.assertNotEqual(proc.returncode, 0, out)
+                    self.assertIn("FAILED (failures=2)", out)
+                    self.assertEqual(out.count("AssertionError: bpftrace "
+                                               "cannot trace here"), 2, out)
+                else:
+                    self.assertEqual(proc.returncode, 0, out)
+                    self.assertIn("OK (skipped=2)", out)
+                # Each says why, in the tracer's words.
+                self.assertEqual(out.count(ATTACH_ERROR), 2, out)
+
+    def test_shell_checks(self):
+        # The installed interpreter's probe check (tools/check-install,
+        # tools/check-deb) and the armed regrtest (tools/regrtest armed).
+        commands = {
+            "probe check": ["bash", "-c", ". tools/lib.sh; "
+                            ". tools/installed-checks.sh; "
+                            "expect_100_calls 'the stand-in' %s true"
+                            % PYTHON],
+            "armed regrtest": ["tools/regrtest", os.path.dirname(PYTHON),
+                               "armed", "test_bool"],
+        }
+        for what, command in commands.items():
+            for name, extra, required in self.settings():
+                with self.subTest(what=what, setting=name):
+                    proc = run(command, cwd=TOP, timeout=300,
+                               env=dict(self.env, **extra))
+                    self.assertIn(ATTACH_ERROR, proc.stderr)
+                    if required:
+                        self.assertNotEqual(proc.returncode, 0, proc.stderr)
+                        self.assertIn("error:", proc.stderr)
+                        self.assertNotIn("SKIPPED", proc.stderr)
+                    else:
+                        self.assertEqual(proc.returncode, 0, proc.stderr)
+                        self.assertIn("SKIPPED", proc.stderr)
+
+
+# Stand-ins for the tier scripts of tools/check-all: each prints what the
+# real one would about its tests (unittest's and regrtest's summaries, the
+# shell tiers' log lines), and fails when STANDIN_FAIL names its tier.
+STANDINS = {
+    "check": """
+fail() { [ "${STANDIN_FAIL:-}" != "$1" ] || status=1; }
+status=0
+printf '\\n=== tier 1: build facts\\n' >&2
+echo 'Ran 5 tests in 0.1s'; echo 'OK (skipped=1)'; fail 1
+printf '\\n=== tier 2: tests/\\n' >&2
+echo 'Ran 10 tests in 1.0s'; echo 'OK (skipped=3)'
+echo 'Ran 4 tests in 1.0s'
+if [ "${STANDIN_FAIL:-}" = 2 ]; then
+    echo 'FAILED (failures=1, errors=2, skipped=1)'; status=1
+else
+    echo 'OK (skipped=1)'
+fi
+printf '\\n=== tier 3: test_dtrace and bpftrace\\n' >&2
+echo 'Ran 2 tests in 0.1s'; echo 'OK'
+echo 'Ran 12 tests in 8.4s'; echo 'OK (skipped=4, expected failures=1)'
+fail 3
+exit $status
+""",
+    "regrtest": """
+if [ "$2" = subset ]; then
+    echo 'Total tests: run=1,234 failures=2 skipped=45'; n=4
+else
+    echo 'Total tests: run=500 skipped=7'
+    echo 'Total tests: run=501 skipped=8'; n=5
+fi
+[ "${STANDIN_FAIL:-}" != $n ]
+""",
+    "deb": "echo 'deb: built' >&2\n",
+    "check-deb": """
+echo 'check-deb: control fields' >&2
+echo 'check-deb: SKIPPED installing x.deb: dpkg needs root' >&2
+[ "${STANDIN_FAIL:-}" != 6 ]
+""",
+    "check-install": """
+n=7; [ "${1:-}" != --shared ] || n=8
+echo 'check-install: make install' >&2
+echo 'check-install: venv with pip' >&2
+echo 'check-install: SKIPPED a probe: bpftrace not found' >&2
+[ -z "${STANDIN_LEAK:-}" ] || [ $n != 7 ] || mkdir "$STANDIN_LEAK"
+if [ "${STANDIN_FAIL:-}" = $n ]; then
+    echo 'check-install: error: it broke' >&2; exit 1
+fi
+""",
+}
+
+
+class CheckAllTest(unittest.TestCase):
+    """tools/check-all, make check's driver, with stand-ins for the tier
+    scripts: it prints one line per tier with what ran, failed and skipped,
+    also when a tier fails, and fails if the run left a probe directory or
+    a perf map behind."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="check-all-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        top = os.path.join(self.tmp, "repo")
+        tools = os.path.join(top, "tools")
+        os.makedirs(tools)
+        for name in ("lib.sh", "check-all"):
+            shutil.copy2(os.path.join(TOP, "tools", name), tools)
+        for name, text in STANDINS.items():
+            path = os.path.join(tools, name)
+            with open(path, "w") as f:
+                f.write("#!/bin/bash\n" + text)
+            os.chmod(path, 0o755)
+        with open(os.path.join(top, "Makefile"), "w") as f:
+            f.write("check-shared:\n\ttools/check-install --shared\n")
+        self.systmp = os.path.join(self.tmp, "systmp")
+        os.mkdir(self.systmp)
+        self.env = dict(os.environ, CHECK_ALL_SYSTEM_TMP=self.systmp)
+        self.env.pop("TMPDIR", None)
+        self.command = [os.path.join(tools, "check-all"), "obj", "deb"]
+        self.top = top
+
+    def check_all(self, **env):
+        proc = run(self.command, cwd=self.top, env=dict(self.env, **env),
+                   timeout=120)
+        summary = proc.stderr.rpartition("=== make check: summary\n")[2]
+        return proc, summary.splitlines()
+
+    def test_summary(self):
+        proc, lines = self.check_all()
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(lines, [
+            "tier 1 (build facts): passed: 5 tests run, 0 failed, "
+            "1 skipped",
+            "tier 2 (tests/): passed: 14 tests run, 0 failed, 4 skipped",
+            "tier 3 (test_dtrace and bpftrace): passed: 14 tests run, "
+            "0 failed, 4 skipped",
+            "tier 4 (regrtest subset): passed: 1234 tests run, 2 failed, "
+            "45 skipped; failures compared with "
+            "tests/regrtest-known-failures",
+            "tier 5 (regrtest subset, armed): passed: 500 tests run, "
+            "0 failed, 7 skipped; failures compared with "
+            "tests/regrtest-known-failures",
+            "tier 6 (.deb installed and removed): passed: 3 steps run, "
+            "0 failed, 1 skipped",
+            "tier 7 (make install): passed: 3 steps run, 0 failed, "
+            "1 skipped",
+            "tier 8 (make install-shared): passed: 3 steps run, 0 failed, "
+            "1 skipped",
+            "left behind in %s: nothing new (python-usdt-*, perf-PID.map)"
+            % self.systmp])
+
+    def test_summary_after_a_failure(self):
+        # The tiers run so far, and those that did not run.
+        for tier in (2, 4, 7):
+            with self.subTest(tier=tier):
+                proc, lines = self.check_all(STANDIN_FAIL=str(tier))
+                self.assertNotEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(len(lines), 9, proc.stderr)
+                for n, line in enumerate(lines[:8], 1):
+                    self.assertTrue(line.startswith("tier %d (" % n), line)
+                    if n == tier:
+                        self.assertIn("): FAILED: ", line)
+                        if tier == 2:
+                            self.assertIn(": 14 tests run, 3 failed, "
+                                          "4 skipped", line)
+                    elif n > max(tier, 3):
+                        self.assertTrue(line.endswith("): not run"), line)
+                    else:
+                        self.assertNotIn("not run", line)
+
+    def test_left_behind(self):
+        # A python-usdt-* directory or a perf map that was not there before
+        # fails the run and is named; one that was there is not.
+        old = os.path.join(self.systmp, "perf-1.map")
+        open(old, "w").close()
+        for name in ("python-usdt-1-2-3-abcdef", "perf-4242.map"):
+            with self.subTest(name):
+                leak = os.path.join(self.systmp, name)
+                proc, lines = self.check_all(STANDIN_LEAK=leak)
+                os.rmdir(leak)
+                self.assertNotEqual(proc.returncode, 0, proc.stderr)
+                self.assertIn("left behind in %s: 1 new python-usdt-* or "
+                              "perf-PID.map:" % self.systmp, lines)
+                self.assertIn("  " + leak, lines)
+                self.assertNotIn(old, proc.stderr)
 
 
 BAD_PATCH = """\

@@ -24,7 +24,7 @@ import time
 import unittest
 
 from support import (PYTHON, TOP, free_threaded, require_bpftrace,
-                     run, start, stapsdt_notes)
+                     run, start, stapsdt_notes, tracer_unusable)
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
 # The tool runs under any Python 3: prefer the system's.
@@ -171,7 +171,7 @@ class PystackTest(unittest.TestCase):
         if PystackTest.tool_error is None:
             PystackTest.tool_error = self._tool_usable()
         if PystackTest.tool_error:
-            self.skipTest(PystackTest.tool_error)
+            tracer_unusable(PystackTest.tool_error)
 
     def _tool_usable(self):
         """"" if the tool attaches, else its error, for skipTest()."""
@@ -245,10 +245,10 @@ class PystackTest(unittest.TestCase):
                   "/sys/kernel/debug/tracing/events")
         if not any(os.path.isdir(os.path.join(events, category, name))
                    for events in places):
-            self.skipTest("tracepoint %s:%s not in %s: tracefs is not "
-                          "mounted (as root: mount -t tracefs nodev "
-                          "/sys/kernel/tracing)"
-                          % (category, name, " or ".join(places)))
+            tracer_unusable("tracepoint %s:%s not in %s: tracefs is not "
+                            "mounted (as root: mount -t tracefs nodev "
+                            "/sys/kernel/tracing)"
+                            % (category, name, " or ".join(places)))
 
     def test_write_stacks(self):
         self.require_tracepoint("syscalls", "sys_enter_write")

@@ -18,7 +18,10 @@ are not seen.  build/ is not in git, and building the interpreter again in
 the clone would take minutes and gigabytes, so the clone's build/ is a
 symbolic link to this repository's build/: `$PWD/build/obj/python` in the
 clone is then the interpreter that `make` built here, reached through the
-clone's path.
+clone's path.  The unprivileged user that the tests run as when they are
+root (uid 65534) may not be able to follow that link (a clone under /root,
+mode 0700), so it is given a copy of the clone whose build/obj/python is a
+copy of the interpreter.
 
 Output is compared by shape: line by line, after dropping blank lines, a
 "..." line of the README standing for any number of lines, and a number of
@@ -46,6 +49,10 @@ CLONE_DIRS = (
     "cpython-usdt.clone",
 )
 INTERPRETER = os.path.join("build", "obj", "python")
+# The unprivileged user (nobody) that the tests run as when they are root.
+NOBODY = 65534
+AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+             "--clear-groups"]
 
 
 def code_blocks(text):
@@ -210,13 +217,14 @@ class ReadmeExamples(unittest.TestCase):
                     "the README shows:\n%s"
                     % (command, self.clone, out, "\n".join(expected)))
 
-    def demo(self, *wrapper):
-        """Run `make demo`'s recipe, tools/demo, in the clone."""
+    def demo(self, *wrapper, clone=None):
+        """Run `make demo`'s recipe, tools/demo, in the clone (or in
+        clone)."""
         # Not `make demo` itself: its `build` prerequisite would find the
         # clone's files newer than the stamps of the shared build/ and
         # rebuild it.
-        return run([*wrapper, "tools/demo", "build/obj"], cwd=self.clone,
-                   env=user_env(), timeout=600)
+        return run([*wrapper, "tools/demo", "build/obj"],
+                   cwd=clone or self.clone, env=user_env(), timeout=600)
 
     def test_demo_shows_the_readme_examples(self):
         # make demo runs the README's bpftrace examples: each must appear
@@ -251,37 +259,81 @@ class ReadmeExamples(unittest.TestCase):
         # the README's first trace run the same way, and says what is
         # missing.
         self.require_interpreter()
-        os.chmod(self.tmp, 0o755)       # for the unprivileged user
-        cases = {"not root": ([], "needs root")}
+        self.check_demo_says_what_is_missing(self.clone)
+
+    def test_demo_says_what_is_missing_from_a_private_top(self):
+        # The same from a clone whose build/ is in a directory only its
+        # owner may enter, as a root user's clone under /root (mode 0700)
+        # is: another user must still be given what it needs.
+        self.require_interpreter()
+        private = os.path.join(self.tmp, "private")
+        os.mkdir(private, 0o700)
+        obj = os.path.join(private, "top", "build", "obj")
+        os.makedirs(obj)
+        shutil.copy2(os.path.join(self.clone, INTERPRETER), obj)
+        clone = os.path.join(self.tmp, "clone-of-a-private-top",
+                             CLONE_DIRS[-1])
+        shutil.copytree(self.clone, clone, symlinks=True,
+                        ignore=shutil.ignore_patterns("build", ".git"))
+        os.symlink(os.path.dirname(obj), os.path.join(clone, "build"))
+        self.check_demo_says_what_is_missing(clone)
+
+    def copy_for_another_user(self, clone):
+        """A copy of clone that uid NOBODY can read and run: its files, and
+        a real copy of its interpreter as build/obj/python.  The clone's
+        build/ is a link to this repository's, which may be in a directory
+        closed to other users (a home of mode 0700, such as /root); bpftrace
+        and tools/demo fail for that user before they run the interpreter,
+        so the binary alone is enough.  Skips, saying why, where that user
+        cannot reach the temporary directory itself."""
+        os.chmod(self.tmp, 0o755)
+        copy = os.path.join(self.tmp, "for-uid-%d" % NOBODY, CLONE_DIRS[-1])
+        if not os.path.exists(copy):
+            shutil.copytree(clone, copy, symlinks=True,
+                            ignore=shutil.ignore_patterns("build", ".git"))
+            os.makedirs(os.path.join(copy, "build", "obj"))
+            shutil.copy2(os.path.join(clone, INTERPRETER),
+                         os.path.join(copy, INTERPRETER))
+        # setpriv does not search PATH the same way after dropping
+        # privileges: name test by its path.
+        reach = run([*AS_NOBODY, "/usr/bin/test", "-x",
+                     os.path.join(copy, INTERPRETER)])
+        if reach.returncode != 0:
+            self.skipTest("uid %d cannot reach %s (a parent directory is "
+                          "closed to other users; set TMPDIR to one that "
+                          "is not): the case without root is not tested"
+                          % (NOBODY, copy))
+        return copy
+
+    def check_demo_says_what_is_missing(self, clone):
+        cases = {"not root": ([], "needs root", clone)}
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
                 self.skipTest("setpriv not found (util-linux)")
-            cases["not root"] = (["setpriv", "--reuid=65534",
-                                  "--regid=65534", "--clear-groups"],
-                                 "needs root")
+            cases["not root"] = (AS_NOBODY, "needs root",
+                                 self.copy_for_another_user(clone))
             if shutil.which("unshare"):
                 cases["user namespace"] = (["unshare", "-r"],
-                                           "user namespace")
+                                           "user namespace", clone)
         # The README's commands up to its first trace (PY=... before it).
         commands = [c for c, _ in self.examples]
         first = next(i for i, c in enumerate(commands)
                      if c.startswith("bpftrace "))
         session = "\n".join(commands[:first + 1])
-        for name, (wrapper, missing) in cases.items():
+        for name, (wrapper, missing, where) in cases.items():
             with self.subTest(name):
                 probe = run([*wrapper, "bash", "-c", session],
-                            cwd=self.clone, env=user_env(), timeout=120)
+                            cwd=where, env=user_env(), timeout=120)
                 if probe.returncode == 0:
                     self.skipTest("bpftrace works here %s" % name)
                 errors = [line for line in probe.stderr.splitlines()
                           if line.strip() and "RLIMIT_MEMLOCK" not in line]
                 self.assertTrue(errors, "bpftrace failed without a word")
-                proc = self.demo(*wrapper)
+                proc = self.demo(*wrapper, clone=where)
                 self.assertNotEqual(proc.returncode, 0, proc.stdout)
                 for line in errors:
                     self.assertIn(line, proc.stderr.splitlines())
                 self.assertIn(missing, proc.stderr.splitlines()[-1])
-
 
 if __name__ == "__main__":
     unittest.main()

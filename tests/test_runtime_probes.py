@@ -14,7 +14,7 @@ import collections
 import os
 import unittest
 
-from support import Bpftrace, PYTHON, free_threaded, run
+from support import Bpftrace, PYTHON, free_threaded, run, tracer_unusable
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "runtime_workload.py")
@@ -60,7 +60,7 @@ def run_workload(program, mode):
     run under bpftrace (a key is a tid, or a tuple of several fields)."""
     reason = Bpftrace.usable()
     if reason is not None:
-        raise unittest.SkipTest(reason)
+        tracer_unusable(reason)
     env = dict(os.environ, RUNTIME_MODE=mode)
     proc = Bpftrace.run(program % {"p": PYTHON}, WORKLOAD, env=env)
     if proc.returncode != 0:

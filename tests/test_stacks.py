@@ -32,7 +32,7 @@ import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
                      perf_map_entries, perf_map_path, require_bpftrace, run,
-                     start, stop)
+                     start, stop, tracer_unusable)
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "stacks_workload.py")
@@ -233,7 +233,7 @@ class Marker:
                 timeout=30)
         if armed is None:
             out, err = self.tracer.communicate(timeout=60)
-            self.testcase.skipTest(
+            tracer_unusable(
                 "bpftrace cannot attach python:stacks__enable: %s"
                 % (Bpftrace.errors(err) or "exit %s, output %r"
                    % (self.tracer.returncode, line + out)))

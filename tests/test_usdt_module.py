@@ -50,9 +50,10 @@ class AgentError(Exception):
 class Agent:
     """data/usdt_agent.py: runs the Python code it is sent (see there)."""
 
-    def __init__(self, testcase):
+    def __init__(self, testcase, env=None):
         self.proc = start(testcase, [PYTHON, AGENT], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=env)
         # Before stop() kills it: a killed agent leaves its files behind.
         testcase.addCleanup(self._exit)
         self.pid = self._answer()
@@ -903,7 +904,141 @@ class ModuleTest(unittest.TestCase):
         self.assertIn("invalid int value: 'nope'", proc.stderr)
 
 
+def start_time(pid):
+    """Field 22 of /proc/PID/stat: when the process started, in clock ticks
+    since boot."""
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rpartition(")")[2].split()[19])
+
+
+def pid_namespace():
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def dead_pid():
+    """The pid of a process that has just ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
 class FilesTest(unittest.TestCase):
+
+    def setUp(self):
+        # Each test's own TMPDIR, for the module's directories: the
+        # children of the fork test end with os._exit() and leave theirs.
+        self.tmp = tempfile.mkdtemp(prefix="usdt-files-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.env = dict(os.environ, TMPDIR=self.tmp)
+
+    def probe_dir(self, name, files=("1-x-y.so",)):
+        """A directory in self.tmp named name, holding files."""
+        path = os.path.join(self.tmp, name)
+        os.mkdir(path, 0o700)
+        for file in files:
+            with open(os.path.join(path, file), "w"):
+                pass
+        return path
+
+    def make_probe(self):
+        """Run a process that makes a probe and exits: the directory it
+        made, which it removed at exit."""
+        proc = python("""
+            import os, usdt
+            print(os.path.dirname(usdt.Probe("staletest", "x").path))
+            """, env=self.env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        own = proc.stdout.strip()
+        self.assertFalse(os.path.exists(own))
+        return own
+
+    def test_directory_names_its_owner(self):
+        proc = python("""
+            import os, usdt
+            print(os.getpid(), usdt.Probe("nametest", "x").path)
+            """, env=self.env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        pid, path = proc.stdout.split()
+        name = os.path.basename(os.path.dirname(path))
+        found = re.fullmatch(r"python-usdt-(\d+)-(\d+)-(\d+)-\w{6}", name)
+        self.assertTrue(found, name)
+        self.assertEqual(found.group(1), pid)
+        self.assertEqual(int(found.group(3)), pid_namespace())
+
+    def test_killed_process_directory_removed_by_next(self):
+        # SIGTERM, as service managers stop services, ends the process
+        # without its exit functions: its directory stays, until the next
+        # process's first probe removes it.
+        victim = start(self, [PYTHON, "-c", textwrap.dedent("""
+            import sys, usdt
+            print(usdt.Probe("killtest", "x").path, flush=True)
+            sys.stdin.read()
+            """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       env=self.env)
+        path = victim.stdout.readline().strip()
+        self.assertTrue(path.startswith(self.tmp + "/python-usdt-"), path)
+        victim.send_signal(signal.SIGTERM)
+        victim.wait(timeout=TIMEOUT)
+        self.assertEqual(victim.returncode, -signal.SIGTERM)
+        self.assertTrue(os.path.exists(path))
+        self.make_probe()
+        self.assertFalse(os.path.exists(os.path.dirname(path)))
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_only_dead_owners_directories_removed(self):
+        me, ns = os.getpid(), pid_namespace()
+        mine = start_time(me)
+        gone = dead_pid()
+        removed = [
+            # the owner is gone
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dE6" % (gone, mine, ns)),
+            # the pid runs, but is another process than the owner: it
+            # started at another time
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dE7"
+                           % (me, mine + 1, ns)),
+            # empty
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dE8" % (gone, mine, ns),
+                           files=()),
+        ]
+        kept = [
+            # a live process: this one
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dE9" % (me, mine, ns)),
+            # another pid namespace's process, whose pid means nothing here
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dEa"
+                           % (gone, mine, ns + 1)),
+            # an older module's name, without the owner's start time
+            self.probe_dir("python-usdt-%d-aB3dEb" % gone),
+            # names the module does not make
+            self.probe_dir("python-usdt-%d-%d-%d-aB3dEc-x"
+                           % (gone, mine, ns)),
+            self.probe_dir("python-usdt-x%d-%d-%d-aB3dEd" % (gone, mine, ns)),
+        ]
+        # A symbolic link with a stale name: neither it nor the directory
+        # it points to is touched.
+        target = self.probe_dir("target")
+        link = os.path.join(self.tmp,
+                            "python-usdt-%d-%d-%d-aB3dEe" % (gone, mine, ns))
+        os.symlink(target, link)
+        kept += [target, link]
+        if os.geteuid() == 0:
+            # another user's
+            other = self.probe_dir("python-usdt-%d-%d-%d-aB3dEf"
+                                   % (gone, mine, ns))
+            os.chown(other, 65534, 65534)
+            kept.append(other)
+        # A live process's real directory, next to them.
+        agent = Agent(self, env=self.env)
+        live = os.path.dirname(agent.eval(
+            "__import__('usdt').Probe('livetest', 'x').path"))
+        self.make_probe()
+        for path in removed:
+            self.assertFalse(os.path.lexists(path), path)
+        for path in kept:
+            self.assertTrue(os.path.lexists(path), path)
+        self.assertEqual(os.listdir(target), ["1-x-y.so"])
+        self.assertEqual(os.listdir(live), ["1-livetest-x.so"])
+        self.assertEqual(sorted(os.listdir(self.tmp)),
+                         sorted(os.path.basename(p) for p in kept + [live]))
 
     def test_removed_at_exit(self):
         for ending in ("pass", "raise SystemExit(3)", "1 / 0",
@@ -953,7 +1088,7 @@ class FilesTest(unittest.TestCase):
             for t in threads:
                 t.join()
             print("failed", failed)
-            """, timeout=120)
+            """, timeout=120, env=self.env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stdout, "failed 0\n")
 

@@ -72,24 +72,25 @@ count_hits() {
 }
 
 # expect_100_calls WHAT OBJECT COMMAND...: count_calls must count 100, or
-# skip for a reason bpftrace gave.
+# skip for a reason bpftrace gave (fail under CI or REQUIRE_TRACER).
 expect_100_calls() {
     expect_100_hits function__entry 'str(arg1) == "f"' "$@"
 }
 
 # expect_100_hits PROBE PREDICATE WHAT OBJECT COMMAND...: count_hits must
-# count 100, or skip for a reason bpftrace gave.
+# count 100, or skip for a reason bpftrace gave (fail under CI or
+# REQUIRE_TRACER).
 expect_100_hits() {
     local probe=$1 predicate=$2 what=$3 calls
     shift 3
     if ! command -v bpftrace > /dev/null; then
-        log "SKIPPED $what: bpftrace not found"
+        skip_tracer "$what: bpftrace not found"
         return
     fi
     calls=$(count_hits "$probe" "$predicate" "$@")
     case $calls in
         100) log "$what: $probe fired 100 times, seen in $1" ;;
-        skip:*) log "SKIPPED $what: bpftrace: ${calls#skip: }" ;;
+        skip:*) skip_tracer "$what: bpftrace: ${calls#skip: }" ;;
         *) die "$what: bpftrace on $1 did not count 100 hits of $probe /$predicate/: $calls" ;;
     esac
 }

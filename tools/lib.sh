@@ -61,6 +61,25 @@ export GIT_COMMITTER_NAME=cpython-usdt GIT_COMMITTER_EMAIL=build@cpython-usdt.in
 export GIT_AUTHOR_DATE='2000-01-01T00:00:00Z' GIT_COMMITTER_DATE='2000-01-01T00:00:00Z'
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 
+# tracer_required: true where a tracer that cannot trace (bpftrace missing,
+# not root, cannot attach) is a failure rather than a skip: CI is set
+# (non-empty), or REQUIRE_TRACER is set to anything but 0 (make check
+# REQUIRE_TRACER=1).  The same rule as tests/support.py's.
+tracer_required() {
+    [ -n "${CI:-}" ] ||
+        { [ -n "${REQUIRE_TRACER:-}" ] && [ "$REQUIRE_TRACER" != 0 ]; }
+}
+
+# skip_tracer MESSAGE: a check that cannot run because it cannot trace (or
+# lacks root) says "SKIPPED MESSAGE"; where tracer_required, it fails with
+# MESSAGE instead.
+skip_tracer() {
+    if tracer_required; then
+        die "$* (CI or REQUIRE_TRACER is set: this must not be skipped)"
+    fi
+    log "SKIPPED $*"
+}
+
 # require COMMAND PACKAGE: fail early, naming the Debian package to install.
 require() {
     command -v "$1" >/dev/null 2>&1 ||

@@ -4,12 +4,14 @@
 
 #include "Python.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +41,9 @@ static unsigned long object_serial;
 static char directory[PATH_MAX];
 static pid_t directory_owner;
 static int atexit_registered;
+/* Whether this process image (or the parent it was forked from) has
+ * removed the stale directories of dead processes. */
+static int stale_removed;
 
 /* Remove the files this process wrote, then its directory (Py_AtExit). */
 static void
@@ -136,8 +141,205 @@ raise_failure(const struct failure *f)
     }
 }
 
+/* The identity of a process that outlives its pid: the pid namespace it
+ * runs in (the inode of /proc/PID/ns/pid) and its start time (field 22 of
+ * /proc/PID/stat, in clock ticks since boot).  A directory's name records
+ * its owner's, so that a later process can tell whether the owner still
+ * runs (see remove_stale_directories()). */
+struct identity {
+    unsigned long long start;
+    unsigned long long pidns;
+};
+
+/* The start time of process pid into *start: 0 on success, else -1 with
+ * errno (ENOENT or ESRCH: no such process). */
+static int
+read_start_time(pid_t pid, unsigned long long *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof(buf) - 1);
+    } while (n < 0 && errno == EINTR);
+    int saved = errno;
+    close(fd);
+    if (n <= 0) {
+        errno = n < 0 ? saved : ESRCH;
+        return -1;
+    }
+    buf[n] = '\0';
+    /* The command name (field 2) is in parentheses and may hold spaces
+     * and parentheses itself: count the fields after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    p++;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (p == NULL) {
+            errno = EINVAL;
+            return -1;
+        }
+    }
+    char *end;
+    errno = 0;
+    *start = strtoull(p + 1, &end, 10);
+    if (errno != 0 || end == p + 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    return 0;
+}
+
+/* This process's identity: 0, or -1 when /proc does not tell it. */
+static int
+own_identity(struct identity *id)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) < 0
+        || read_start_time(getpid(), &id->start) < 0)
+    {
+        return -1;
+    }
+    id->pidns = (unsigned long long)st.st_ino;
+    return 0;
+}
+
+/* Parse "python-usdt-PID-START-PIDNS-XXXXXX": 0, or -1 for any other name
+ * (another program's, or an older version's, whose owner is unknown). */
+static int
+parse_directory_name(const char *name, pid_t *pid, struct identity *id)
+{
+    static const char prefix[] = "python-usdt-";
+    if (strncmp(name, prefix, sizeof(prefix) - 1) != 0) {
+        return -1;
+    }
+    const char *p = name + sizeof(prefix) - 1;
+    unsigned long long fields[3];
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        if (*p < '0' || *p > '9') {
+            return -1;
+        }
+        errno = 0;
+        fields[i] = strtoull(p, &end, 10);
+        if (errno != 0 || *end != '-') {
+            return -1;
+        }
+        p = end + 1;
+    }
+    /* mkdtemp()'s six characters, and nothing more. */
+    if (strlen(p) != 6 || strchr(p, '-') != NULL
+        || fields[0] == 0 || fields[0] > INT_MAX)
+    {
+        return -1;
+    }
+    *pid = (pid_t)fields[0];
+    id->start = fields[1];
+    id->pidns = fields[2];
+    return 0;
+}
+
+/* Remove the directory *name* of parent (a stale probe directory) and
+ * the files in it, if it is still the directory *seen* (lstat before),
+ * without following symbolic links: files are unlinked by name inside
+ * the directory opened with O_NOFOLLOW, so a link is removed, never what
+ * it points to.  Errors leave things where they are. */
+static void
+remove_directory_at(int parent, const char *name, const struct stat *seen)
+{
+    int fd = openat(parent, name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_dev != seen->st_dev
+        || st.st_ino != seen->st_ino || st.st_uid != geteuid())
+    {
+        close(fd);
+        return;
+    }
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return;
+    }
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (strcmp(entry->d_name, ".") != 0
+            && strcmp(entry->d_name, "..") != 0)
+        {
+            /* Only files: the module makes no subdirectories, and a
+             * directory here makes the rmdir below fail, keeping it. */
+            (void)unlinkat(dirfd(dir), entry->d_name, 0);
+        }
+    }
+    closedir(dir);
+    (void)unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* Remove, from tmp, the probe directories of processes that no longer
+ * exist: a process killed by a signal (SIGTERM, as service managers stop
+ * services) or ended by os._exit() leaves its directory behind, and a
+ * service restarted daily would otherwise add one a day.  Only directories
+ * of our user, named by this module for a process of our pid namespace,
+ * whose pid is gone or now belongs to a process that started at another
+ * time (a reused pid).  A live owner's directory is never touched: its
+ * name holds its pid and start time, which no other process has.
+ * Called with registry_lock held, once per process image, before it makes
+ * its own directory; everything here is best effort. */
+static void
+remove_stale_directories(const char *tmp, const struct identity *self)
+{
+    DIR *dir = opendir(tmp);
+    if (dir == NULL) {
+        return;
+    }
+    uid_t uid = geteuid();
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        pid_t pid;
+        struct identity owner;
+        struct stat st;
+        if (parse_directory_name(entry->d_name, &pid, &owner) < 0
+            || owner.pidns != self->pidns
+            || fstatat(dirfd(dir), entry->d_name, &st,
+                       AT_SYMLINK_NOFOLLOW) < 0
+            || !S_ISDIR(st.st_mode) || st.st_uid != uid)
+        {
+            continue;
+        }
+        unsigned long long start;
+        if (read_start_time(pid, &start) == 0) {
+            if (start == owner.start) {
+                continue;               /* the owner runs */
+            }
+        }
+        else if ((errno != ENOENT && errno != ESRCH)
+                 || kill(pid, 0) == 0 || errno != ESRCH)
+        {
+            /* Cannot tell, or the pid runs but /proc hides it (mounted
+             * with hidepid, and the process changed its user). */
+            continue;
+        }
+        remove_directory_at(dirfd(dir), entry->d_name, &st);
+    }
+    closedir(dir);
+}
+
 /* Make this process's directory: $TMPDIR (if absolute) or /tmp, then
- * "python-usdt-PID-XXXXXX", mode 0700. */
+ * "python-usdt-PID-START-PIDNS-XXXXXX" (the owner's identity), mode 0700;
+ * "python-usdt-PID-XXXXXX" where /proc does not give the identity, which
+ * no other process then removes.  The first time, remove the directories
+ * that dead processes left there. */
 static int
 make_directory(struct failure *f)
 {
@@ -146,8 +348,21 @@ make_directory(struct failure *f)
         tmp = "/tmp";
     }
     pid_t pid = getpid();
-    int n = snprintf(directory, sizeof(directory),
+    struct identity self;
+    int n;
+    if (own_identity(&self) == 0) {
+        if (!stale_removed) {
+            remove_stale_directories(tmp, &self);
+            stale_removed = 1;
+        }
+        n = snprintf(directory, sizeof(directory),
+                     "%s/python-usdt-%ld-%llu-%llu-XXXXXX", tmp, (long)pid,
+                     self.start, self.pidns);
+    }
+    else {
+        n = snprintf(directory, sizeof(directory),
                      "%s/python-usdt-%ld-XXXXXX", tmp, (long)pid);
+    }
     if (n < 0 || (size_t)n >= sizeof(directory)) {
         fail(f, PyExc_OSError, ENAMETOOLONG,
              "usdt: TMPDIR is too long: %s", tmp);
