@@ -467,7 +467,7 @@ _PyDTrace_Init(PyThreadState *tstate)
         if (stacks < 0) {
             return _PyStatus_ERR(bad);
         }
-        _PyDTrace_StacksAllow(tstate, stacks);
+        _PyDTrace_StacksAllow(stacks);
         static int atfork_registered;   /* once per process */
         if (!atfork_registered) {
             if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {

@@ -98,7 +98,8 @@ _PyDTrace_StacksArmed(void)
 static struct {
     /* -X dtrace_stacks or PYTHONDTRACESTACKS=1: the owner's consent. */
     int allowed;
-    /* The co_extra slot reserved for the trampoline under consent, or -1. */
+    /* The co_extra slot reserved for the trampoline under consent, else
+     * -1 (no index matches it). */
     Py_ssize_t code_extra_index;
     /* The trampoline is on only because the marker is armed. */
     int owned;
@@ -179,7 +180,7 @@ stacks_off(PyInterpreterState *interp)
 }
 
 void
-_PyDTrace_StacksAllow(PyThreadState *tstate, int allowed)
+_PyDTrace_StacksAllow(int allowed)
 {
     stacks.owned = 0;
     stacks.evaluator = NULL;
@@ -190,7 +191,6 @@ _PyDTrace_StacksAllow(PyThreadState *tstate, int allowed)
          * left, the trampoline asks for one when it starts, as upstream. */
         stacks.code_extra_index = _PyEval_RequestCodeExtraIndex(NULL);
     }
-    (void)tstate;
 }
 
 Py_ssize_t
@@ -199,14 +199,13 @@ _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate)
     if (!_Py_IsMainInterpreter(tstate->interp)) {
         return -1;
     }
-    return stacks.allowed ? stacks.code_extra_index : -1;
+    return stacks.code_extra_index;
 }
 
 Py_ssize_t
 _PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp, Py_ssize_t index)
 {
-    if (stacks.allowed && index == stacks.code_extra_index
-        && _Py_IsMainInterpreter(interp))
+    if (index == stacks.code_extra_index && _Py_IsMainInterpreter(interp))
     {
         return index + 1;
     }
@@ -263,8 +262,7 @@ _PyDTrace_StacksHidden(PyThreadState *tstate)
 #elif defined(WITH_DTRACE)
 
 void
-_PyDTrace_StacksAllow(PyThreadState *Py_UNUSED(tstate),
-                      int Py_UNUSED(allowed))
+_PyDTrace_StacksAllow(int Py_UNUSED(allowed))
 {
 }
 

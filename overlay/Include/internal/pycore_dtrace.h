@@ -397,7 +397,7 @@ extern int _PyDTrace_StacksArmed(void);
  * trampoline on, set by _PyDTrace_Init() in the main interpreter before
  * its first frame; and the co_extra slot reserved then for the trampoline
  * (-1 if none), which Python/perf_trampoline.c takes. */
-extern void _PyDTrace_StacksAllow(PyThreadState *tstate, int allowed);
+extern void _PyDTrace_StacksAllow(int allowed);
 extern Py_ssize_t _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate);
 /* How many co_extra slots _PyCode_SetExtra() gives a code object that
  * needs slot *index*: upstream's co_extra_user_count, but only the
