@@ -1,15 +1,27 @@
-# cpython-usdt build driver.  `make` builds build/obj/python; `make check`
-# tests it.  The work is done by the scripts in tools/; this file only
-# orders them and keeps stamps so that reruns are incremental.
+# cpython-usdt build driver.  `make` builds build/3.13/obj/python; `make
+# check` tests it.  The work is done by the scripts in tools/; this file
+# only orders them and keeps stamps so that reruns are incremental.
+#
+# SERIES names the CPython series: series/$(SERIES)/ holds everything that
+# is specific to it (docs/layout.md), and its trees are under
+# build/$(SERIES)/.  What is shared between series stays in build/: the
+# downloads (dl/) and the pristine trees, one per tarball's sha256.
 
 SERIES ?= 3.13
 PREFIX ?= /opt/cpython-usdt
 NPROC := $(shell nproc)
 B := build
-
-PIN := upstream/$(SERIES)
+SERIES_DIR := series/$(SERIES)
+PIN := $(SERIES_DIR)/pin
+ifeq ($(wildcard $(PIN)),)
+$(error no series '$(SERIES)': $(PIN) does not exist (the series are: $(patsubst series/%/pin,%,$(wildcard series/*/pin))))
+endif
+# The series' own build trees.
+S := $(B)/$(SERIES)
 TARBALL := $(shell sed -n 's/^TARBALL=//p' $(PIN))
-PATCH_INPUTS := $(PIN) $(wildcard patches/$(SERIES)/*)
+SHA256 := $(shell sed -n 's/^SHA256=//p' $(PIN))
+PRISTINE := $(B)/pristine/$(SHA256)
+PATCH_INPUTS := $(PIN) $(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
 OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
 TOOLS := tools/lib.sh
 
@@ -21,7 +33,7 @@ export SERIES
 	bench-stacks demo bench-framepointers-release bench-framepointers-release-wall \
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
-.PHONY: check-regrtest-armed check-regrtest-armed-full
+.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
 
 all: build
 
@@ -37,67 +49,67 @@ $(B)/dl/$(TARBALL): $(PIN) tools/fetch $(TOOLS)
 
 # prepare regenerates (autoconf): deps first, so that every target that
 # reaches it, the pristine benchmark trees too, works on a fresh machine.
-prepare: $(B)/stamps/prepare
-$(B)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
+prepare: $(S)/stamps/prepare
+$(S)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 		tools/prepare tools/regen $(TOOLS) | deps
 	tools/prepare
 
 # configure reruns only when configure itself, or our flags, change:
-# tools/prepare rewrites build/src/configure only when its content changes.
+# tools/prepare rewrites build/3.13/src/configure only when its content changes.
 # The target is the flag record that tools/configure writes last, not the
 # Makefile, which CPython's own make regenerates (config.status) on its own.
 # The no-op recipe runs under `make -n` too (+), so that make looks at
 # configure's time again afterwards, as a real run does, rather than assume
 # it changed whenever the prepare stamp (written after it) is newer: then
 # `make -n` shows a reconfigure only when there will be one.
-$(B)/src/configure: $(B)/stamps/prepare
+$(S)/src/configure: $(S)/stamps/prepare
 	+@:
 
-configure: $(B)/obj/usdt-configure-flags
-$(B)/obj/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
-	PREFIX=$(PREFIX) tools/configure $(B)/obj $(CURDIR)/$(B)/src
+configure: $(S)/obj/usdt-configure-flags
+$(S)/obj/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+	PREFIX=$(PREFIX) tools/configure $(S)/obj $(CURDIR)/$(S)/src
 
 # Record PREFIX so that changing it reconfigures.  The stamp is out of date
 # only when it records another prefix (or none), so that `make -n` shows a
 # reconfigure only when there will be one.
-ifneq ($(file <$(B)/stamps/prefix),$(PREFIX))
-$(B)/stamps/prefix: FORCE
+ifneq ($(file <$(S)/stamps/prefix),$(PREFIX))
+$(S)/stamps/prefix: FORCE
 endif
-$(B)/stamps/prefix:
+$(S)/stamps/prefix:
 	@mkdir -p $(@D)
 	@echo '$(PREFIX)' > $@
 
-# sys.version names build/src's tag and commit (tools/prepare), compiled
+# sys.version names build/3.13/src's tag and commit (tools/prepare), compiled
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object
-# changes: rebuild it whenever build/src moves.
-# make_tree OBJDIR: build one configured tree of build/src.
-make_tree = if [ $(B)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ]; then \
+# changes: rebuild it whenever build/3.13/src moves.
+# make_tree OBJDIR: build one configured tree of build/3.13/src.
+make_tree = if [ $(S)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ]; then \
 		rm -f $(1)/Modules/getbuildinfo.o; fi; \
 	$(MAKE) -C $(1) -j$(NPROC)
 
-build: deps $(B)/obj/usdt-configure-flags
-	$(call make_tree,$(B)/obj)
+build: deps $(S)/obj/usdt-configure-flags
+	$(call make_tree,$(S)/obj)
 
-# The release interpreter, build/release/python: upstream's PGO + LTO
+# The release interpreter, build/3.13/release/python: upstream's PGO + LTO
 # (--enable-optimizations --with-lto), with everything the default build
 # carries.  About 30 minutes on 2 cores (docs/release.md).
 # GCC refuses profile data older than the sources (-Werror=coverage-
 # mismatch), so a tree whose sources moved since its training run is
 # trained again: CPython's profile-removal drops the data and the stamp.
-release: deps $(B)/release/usdt-configure-flags
-	if [ -e $(B)/release/profile-run-stamp ] && \
-	   [ $(B)/stamps/prepare -nt $(B)/release/profile-run-stamp ]; then \
-		$(MAKE) -C $(B)/release profile-removal; fi
-	$(call make_tree,$(B)/release)
-$(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
-	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(B)/release $(CURDIR)/$(B)/src
+release: deps $(S)/release/usdt-configure-flags
+	if [ -e $(S)/release/profile-run-stamp ] && \
+	   [ $(S)/stamps/prepare -nt $(S)/release/profile-run-stamp ]; then \
+		$(MAKE) -C $(S)/release profile-removal; fi
+	$(call make_tree,$(S)/release)
+$(S)/release/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(S)/release $(CURDIR)/$(S)/src
 
 # The README's test command, tools/check-all: build facts, our tests,
 # test_dtrace and a bpftrace smoke test (tools/check), then the regrtest
-# subset, armed and unarmed (tools/regrtest), then the .deb of build/obj
+# subset, armed and unarmed (tools/regrtest), then the .deb of build/3.13/obj
 # installed and removed (tools/deb, tools/check-deb), then installs into
 # temporary prefixes, static and shared (tools/check-install, make
-# check-shared; they leave build/obj and build/obj-shared configured for
+# check-shared; they leave build/3.13/obj and build/3.13/obj-shared configured for
 # them: the next `make` reconfigures).  It stops at the first tier that
 # fails, prints what each tier ran, failed and skipped, and fails if the
 # run left probe directories or perf maps in /tmp.  With CI set, or
@@ -105,56 +117,66 @@ $(B)/release/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamp
 REQUIRE_TRACER ?=
 export REQUIRE_TRACER
 check: build
-	tools/check-all $(B)/obj $(B)/deb-dev
+	tools/check-all $(S)/obj $(S)/deb-dev
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.
 demo: build
-	tools/demo $(B)/obj
+	tools/demo $(S)/obj
 
 # Upstream's whole regression suite on our build and on a pristine build of
 # the same version; the results must be the same.
-check-regrtest-full: build $(B)/pristine-obj/python
-	tools/regrtest $(B)/obj full $(B)/pristine-obj
+check-regrtest-full: build $(S)/pristine-obj/python
+	tools/regrtest $(S)/obj full $(S)/pristine-obj
 
 # Every probe armed path-wide by one bpftrace, then unarmed: each test case
 # must give the same result (docs/armed-regrtest.md).  ARMED_TESTS names the
 # test modules (default: the armed subset that `make check` runs); the full
 # target runs the whole suite.  Both skip when bpftrace cannot attach.
 check-regrtest-armed: build
-	tools/regrtest $(B)/obj armed $(ARMED_TESTS)
+	tools/regrtest $(S)/obj armed $(ARMED_TESTS)
 
 check-regrtest-armed-full: build
-	tools/regrtest $(B)/obj armed-full
+	tools/regrtest $(S)/obj armed-full
 
 # Trees of build/pristine, which tools/prepare makes once per tarball:
 # they do not depend on our patches or overlay.
-PRISTINE_INPUTS = $(B)/dl/$(TARBALL) tools/configure | $(B)/stamps/prepare
+PRISTINE_INPUTS = $(B)/dl/$(TARBALL) tools/configure | $(S)/stamps/prepare
 
-$(B)/pristine-obj/python: $(PRISTINE_INPUTS)
-	PREFIX=$(PREFIX) tools/configure $(B)/pristine-obj $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/pristine-obj -j$(NPROC)
+$(S)/pristine-obj/python: $(PRISTINE_INPUTS)
+	PREFIX=$(PREFIX) tools/configure $(S)/pristine-obj $(CURDIR)/$(PRISTINE)
+	$(MAKE) -C $(S)/pristine-obj -j$(NPROC)
 
 # The free-threaded (--disable-gil) build of the same tree, and its tests.
-$(B)/obj-ft/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
-	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(B)/obj-ft $(CURDIR)/$(B)/src
+$(S)/obj-ft/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(S)/obj-ft $(CURDIR)/$(S)/src
 
-check-freethreading: deps $(B)/obj-ft/usdt-configure-flags
-	$(call make_tree,$(B)/obj-ft)
-	tools/check $(B)/obj-ft
+check-freethreading: deps $(S)/obj-ft/usdt-configure-flags
+	$(call make_tree,$(S)/obj-ft)
+	tools/check $(S)/obj-ft
 
 install: build
-	$(MAKE) -C $(B)/obj install
+	$(MAKE) -C $(S)/obj install
 
-# The --enable-shared variant, build/obj-shared: libpython3.13.so carries
+# The source release, build/dist/cpython-usdt-RELEASE.tar.xz (tools/dist):
+# build/SERIES/src as a tarball that distributors build with
+# `./configure --with-dtrace && make && make install`
+# (docs/source-release.md).  check-dist builds it exactly so in a scratch
+# directory and compares the result with build/SERIES/obj/python.
+dist: $(S)/stamps/prepare
+	tools/dist $(B)/dist
+check-dist: build dist
+	tools/check-dist $(S)/obj
+
+# The --enable-shared variant, build/3.13/obj-shared: libpython3.13.so carries
 # the probes, and the installed python3 finds it through its run path.
-shared: deps $(B)/obj-shared/usdt-configure-flags
-	$(call make_tree,$(B)/obj-shared)
-$(B)/obj-shared/usdt-configure-flags: $(B)/src/configure tools/configure $(B)/stamps/prefix
-	SHARED=yes PREFIX=$(PREFIX) tools/configure $(B)/obj-shared $(CURDIR)/$(B)/src
+shared: deps $(S)/obj-shared/usdt-configure-flags
+	$(call make_tree,$(S)/obj-shared)
+$(S)/obj-shared/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+	SHARED=yes PREFIX=$(PREFIX) tools/configure $(S)/obj-shared $(CURDIR)/$(S)/src
 
 install-shared: shared
-	$(MAKE) -C $(B)/obj-shared install
+	$(MAKE) -C $(S)/obj-shared install
 
 # make install-shared PREFIX=<a new directory under /tmp>, then the checks
 # of check-install, plus the probes in libpython3.13.so, bpftrace attached
@@ -163,26 +185,26 @@ check-shared:
 	tools/check-install --shared
 
 # A Debian package of the release interpreter, installed in
-# /opt/cpython-usdt: build/deb/cpython-usdt_<RELEASE>_<arch>.deb.
+# /opt/cpython-usdt: build/3.13/deb/cpython-usdt_<RELEASE>_<arch>.deb.
 deb: release
-	tools/deb $(B)/release $(B)/deb
+	tools/deb $(S)/release $(S)/deb
 
 # The release build's tests: tiers 1-3 of `make check` (build facts, the
-# probe set, parity and attach tests, test_dtrace) on build/release/python,
+# probe set, parity and attach tests, test_dtrace) on build/3.13/release/python,
 # then its .deb installed with apt-get, checked, and removed.
 check-release: release
-	tools/check $(B)/release
-	tools/deb $(B)/release $(B)/deb
-	tools/check-deb $(B)/deb
+	tools/check $(S)/release
+	tools/deb $(S)/release $(S)/deb
+	tools/check-deb $(S)/deb
 
 # make install PREFIX=<a new directory under /tmp>, then the installed
 # interpreter's venv, pip, python3-config, a C extension and probes
-# (tools/check-install); the next `make` reconfigures build/obj for PREFIX.
+# (tools/check-install); the next `make` reconfigures build/3.13/obj for PREFIX.
 check-install:
 	tools/check-install
 
 # Patch-queue workflow (docs/patch-workflow.md).
-patch-queue: $(B)/stamps/prepare
+patch-queue: $(S)/stamps/prepare
 	tools/patch-queue open
 patch-export:
 	tools/patch-queue export
@@ -192,14 +214,14 @@ patch-export:
 # frame pointers and -fno-gcse included; (U) pristine built the upstream
 # way, without dtrace, frame pointers or -fno-gcse, for what our build's
 # flags cost.
-$(B)/bench-nodtrace/python: $(PRISTINE_INPUTS)
-	DTRACE=no PREFIX=$(PREFIX) tools/configure $(B)/bench-nodtrace $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/bench-nodtrace -j$(NPROC)
+$(S)/bench-nodtrace/python: $(PRISTINE_INPUTS)
+	DTRACE=no PREFIX=$(PREFIX) tools/configure $(S)/bench-nodtrace $(CURDIR)/$(PRISTINE)
+	$(MAKE) -C $(S)/bench-nodtrace -j$(NPROC)
 
-$(B)/bench-upstream/python: $(PRISTINE_INPUTS)
+$(S)/bench-upstream/python: $(PRISTINE_INPUTS)
 	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no PREFIX=$(PREFIX) \
-		tools/configure $(B)/bench-upstream $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/bench-upstream -j$(NPROC)
+		tools/configure $(S)/bench-upstream $(CURDIR)/$(PRISTINE)
+	$(MAKE) -C $(S)/bench-upstream -j$(NPROC)
 
 # The frame pointers' cost where it matters most, in release builds (PGO +
 # LTO, as python.org and the distributions build): pristine without dtrace,
@@ -209,31 +231,31 @@ $(B)/bench-upstream/python: $(PRISTINE_INPUTS)
 # the noise that the release comparison must stay within (bench-release);
 # release-pristine-nofp2 is release-pristine-nofp's second training
 # (bench-framepointers-release-wall).
-$(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python: \
-		$(B)/%/python: $(PRISTINE_INPUTS)
+$(S)/release-pristine-fp/python $(S)/release-pristine-fp2/python: \
+		$(S)/%/python: $(PRISTINE_INPUTS)
 	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(B)/$* $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/$* -j$(NPROC)
+		tools/configure $(S)/$* $(CURDIR)/$(PRISTINE)
+	$(MAKE) -C $(S)/$* -j$(NPROC)
 
-$(B)/release-pristine-nofp/python $(B)/release-pristine-nofp2/python: \
-		$(B)/%/python: $(PRISTINE_INPUTS)
+$(S)/release-pristine-nofp/python $(S)/release-pristine-nofp2/python: \
+		$(S)/%/python: $(PRISTINE_INPUTS)
 	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(B)/$* $(CURDIR)/$(B)/pristine
-	$(MAKE) -C $(B)/$* -j$(NPROC)
+		tools/configure $(S)/$* $(CURDIR)/$(PRISTINE)
+	$(MAKE) -C $(S)/$* -j$(NPROC)
 
 # Instructions and wall time only (the armed phase needs dtrace).  A and B
 # are the same pristine frame-pointer build (there is no pristine release
 # build --with-dtrace), C is ours (`make release`): the Frame pointers
 # section's A/U is what our flags cost, C/U what the release build users
 # install costs against upstream's default.
-bench-framepointers-release: release $(B)/release-pristine-fp/python \
-		$(B)/release-pristine-nofp/python
+bench-framepointers-release: release $(S)/release-pristine-fp/python \
+		$(S)/release-pristine-nofp/python
 	tools/deps bench
 	/usr/bin/python3.11 bench/run.py --skip armed \
-		--python A=$(B)/release-pristine-fp/python \
-		--python B=$(B)/release-pristine-fp/python \
-		--python C=$(B)/release/python \
-		--python U=$(B)/release-pristine-nofp/python \
+		--python A=$(S)/release-pristine-fp/python \
+		--python B=$(S)/release-pristine-fp/python \
+		--python C=$(S)/release/python \
+		--python U=$(S)/release-pristine-nofp/python \
 		--out-json docs/framepointers-release.json \
 		--out-md docs/framepointers-release.md
 
@@ -242,37 +264,37 @@ bench-framepointers-release: release $(B)/release-pristine-fp/python \
 # within a side what a second PGO training alone moves (bench/wallpairs.py;
 # bench/analysis.md, "Release builds").  The JSON's role descriptions are
 # run.py's (A, B, C, U); wallpairs.py names each build by its directory.
-bench-framepointers-release-wall: $(B)/release-pristine-fp/python \
-		$(B)/release-pristine-fp2/python $(B)/release-pristine-nofp/python \
-		$(B)/release-pristine-nofp2/python
+bench-framepointers-release-wall: $(S)/release-pristine-fp/python \
+		$(S)/release-pristine-fp2/python $(S)/release-pristine-nofp/python \
+		$(S)/release-pristine-nofp2/python
 	tools/deps bench
-	mkdir -p $(B)/bench-fp-wall
+	mkdir -p $(S)/bench-fp-wall
 	/usr/bin/python3.11 bench/run.py --skip instructions,armed --rounds 12 \
-		--python A=$(B)/release-pristine-fp/python \
-		--python B=$(B)/release-pristine-fp2/python \
-		--python C=$(B)/release-pristine-nofp2/python \
-		--python U=$(B)/release-pristine-nofp/python \
-		--out-json $(B)/bench-fp-wall/wall.json
-	/usr/bin/python3.11 bench/wallpairs.py $(B)/bench-fp-wall/wall.json \
+		--python A=$(S)/release-pristine-fp/python \
+		--python B=$(S)/release-pristine-fp2/python \
+		--python C=$(S)/release-pristine-nofp2/python \
+		--python U=$(S)/release-pristine-nofp/python \
+		--out-json $(S)/bench-fp-wall/wall.json
+	/usr/bin/python3.11 bench/wallpairs.py $(S)/bench-fp-wall/wall.json \
 		--per-workload U
 
 # The release build's unarmed cost against its pristine peer built twice
 # (PGO differs from build to build; P2/P1 is that noise), in instructions
 # and interleaved wall time: docs/performance-release.md.
-bench-release: release $(B)/release-pristine-fp/python $(B)/release-pristine-fp2/python
+bench-release: release $(S)/release-pristine-fp/python $(S)/release-pristine-fp2/python
 	tools/deps bench
 	/usr/bin/python3.11 bench/release.py \
-		--python P1=$(B)/release-pristine-fp/python \
-		--python P2=$(B)/release-pristine-fp2/python \
-		--python R=$(B)/release/python \
+		--python P1=$(S)/release-pristine-fp/python \
+		--python P2=$(S)/release-pristine-fp2/python \
+		--python R=$(S)/release/python \
 		--out-json docs/performance-release.json \
 		--out-md docs/performance-release.md
 
-BENCH_BUILDS = $(B)/bench-nodtrace/python $(B)/pristine-obj/python \
-	$(B)/bench-upstream/python
-BENCH_PYTHONS = --python A=$(B)/bench-nodtrace/python \
-	--python B=$(B)/pristine-obj/python --python C=$(B)/obj/python \
-	--python U=$(B)/bench-upstream/python
+BENCH_BUILDS = $(S)/bench-nodtrace/python $(S)/pristine-obj/python \
+	$(S)/bench-upstream/python
+BENCH_PYTHONS = --python A=$(S)/bench-nodtrace/python \
+	--python B=$(S)/pristine-obj/python --python C=$(S)/obj/python \
+	--python U=$(S)/bench-upstream/python
 
 bench: build $(BENCH_BUILDS)
 	tools/deps bench
@@ -282,27 +304,27 @@ bench: build $(BENCH_BUILDS)
 
 # The probe watcher's idle wakeups and attach latency (docs/watcher.md).
 bench-watcher: build
-	/usr/bin/python3.11 bench/watcher.py $(B)/obj/python --out-md docs/watcher.md
+	/usr/bin/python3.11 bench/watcher.py $(S)/obj/python --out-md docs/watcher.md
 
 # Call speed before, while and after a tracer arms python:stacks__enable,
 # over arm/disarm cycles in one process (docs/stacks.md).
 bench-stacks: build
-	/usr/bin/python3.11 bench/stacks.py $(B)/obj/python \
+	/usr/bin/python3.11 bench/stacks.py $(S)/obj/python \
 		--out-md docs/stacks.md --out-json docs/stacks.json
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)
 	tools/deps bench
-	mkdir -p $(B)/bench-quick
+	mkdir -p $(S)/bench-quick
 	/usr/bin/python3.11 bench/run.py --quick $(BENCH_PYTHONS) \
-		--out-json $(B)/bench-quick/performance.json \
-		--out-md $(B)/bench-quick/performance.md \
-		--out-png $(B)/bench-quick/performance.png
+		--out-json $(S)/bench-quick/performance.json \
+		--out-md $(S)/bench-quick/performance.md \
+		--out-png $(S)/bench-quick/performance.png
 
 clean:
-	rm -rf $(B)/obj $(B)/obj-ft $(B)/obj-shared $(B)/release $(B)/deb $(B)/deb-dev $(B)/pristine-obj $(B)/bench-nodtrace \
-		$(B)/bench-upstream $(B)/release-pristine-fp $(B)/release-pristine-fp2 $(B)/release-pristine-nofp $(B)/release-pristine-nofp2 $(B)/bench-fp-wall \
-		$(B)/stage $(B)/stamps
+	rm -rf $(S)/obj $(S)/obj-ft $(S)/obj-shared $(S)/release $(S)/deb $(S)/deb-dev $(S)/pristine-obj $(S)/bench-nodtrace \
+		$(S)/bench-upstream $(S)/release-pristine-fp $(S)/release-pristine-fp2 $(S)/release-pristine-nofp $(S)/release-pristine-nofp2 $(S)/bench-fp-wall \
+		$(S)/stage $(S)/stamps
 
 distclean:
 	rm -rf $(B)

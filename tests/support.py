@@ -147,6 +147,20 @@ class Semaphore:
             f.seek(self.address)
             return int.from_bytes(f.read(2), sys.byteorder)
 
+    def add(self, delta):
+        """Add *delta* to the semaphore, as the kernel does when it puts a
+        uprobe with a reference counter on the probe (+1) or takes it off
+        (-1): the watcher cannot tell the difference.  Only for a process
+        that no tracer attaches to meanwhile."""
+        with open("/proc/%d/mem" % self.pid, "r+b", buffering=0) as f:
+            f.seek(self.address)
+            value = int.from_bytes(f.read(2), sys.byteorder) + delta
+            if not 0 <= value < 1 << 16:
+                raise ValueError("semaphore of python:%s would be %d"
+                                 % (self.name, value))
+            f.seek(self.address)
+            f.write(value.to_bytes(2, sys.byteorder))
+
     def snapshot(self):
         """(time.monotonic_ns() just before reading the semaphore, its
         value).  time.monotonic_ns() is bpftrace's nsecs clock."""

@@ -12,9 +12,9 @@ FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
 
 
 def pinned_release():
-    """RELEASE= of the upstream pin: this build's own version."""
-    with open(os.path.join(TOP, "upstream",
-                           os.environ.get("SERIES", "3.13"))) as f:
+    """RELEASE= of the series' pin: this build's own version."""
+    with open(os.path.join(TOP, "series", os.environ.get("SERIES", "3.13"),
+                           "pin")) as f:
         return re.search(r"^RELEASE=(\S+)$", f.read(), re.M).group(1)
 
 # Extension modules a complete standard library has on Debian, with the
@@ -103,7 +103,7 @@ class BuildFactsTest(unittest.TestCase):
 
     def test_no_tracer_for_the_loop_only(self):
         # Python/ceval.c, and no other file, is compiled with -fno-tracer
-        # (a Modules/Setup.local line that tools/configure writes): with PGO,
+        # (configure's default, Misc/cpython-usdt.m4): with PGO,
         # the tracer costs the loop a register.  GCC records each file's
         # options in its compile unit's DW_AT_producer.
         proc = run(["readelf", "--debug-dump=info", "--dwarf-depth=1",

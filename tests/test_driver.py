@@ -16,11 +16,13 @@ import unittest
 
 from support import BUILD, PYTHON, TOP, run
 
-with open(os.path.join(TOP, "upstream", "3.13")) as pin:
+with open(os.path.join(TOP, "series", "3.13", "pin")) as pin:
     PIN = dict(line.split("=", 1) for line in pin.read().splitlines()
                if line and not line.startswith("#"))
 TARBALL = os.path.join(BUILD, "dl", PIN["TARBALL"])
-PRISTINE = os.path.join(BUILD, "pristine")
+PRISTINE = os.path.join(BUILD, "pristine", PIN["SHA256"])
+# The 3.13 series' own trees.
+SBUILD = os.path.join(BUILD, "3.13")
 
 
 def sha256(path):
@@ -30,14 +32,14 @@ def sha256(path):
 
 @unittest.skipUnless(os.path.exists(os.path.join(PRISTINE, ".git",
                                                  "cpython-usdt-verified")),
-                     "run `make` first: these tests reuse build/pristine")
+                     "run `make` first: these tests reuse build/pristine/SHA256")
 class DriverTest(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="cpython-usdt-test-")
         self.addCleanup(shutil.rmtree, self.tmp)
         self.top = os.path.join(self.tmp, "repo")
-        for name in ("tools", "upstream", "patches", "overlay"):
+        for name in ("tools", "series", "overlay"):
             src = os.path.join(TOP, name)
             if os.path.isdir(src):
                 shutil.copytree(src, os.path.join(self.top, name))
@@ -53,7 +55,9 @@ class DriverTest(unittest.TestCase):
 
     def use_real_upstream(self):
         os.symlink(TARBALL, os.path.join(self.build, "dl", PIN["TARBALL"]))
-        os.symlink(PRISTINE, os.path.join(self.build, "pristine"))
+        os.makedirs(os.path.join(self.build, "pristine"))
+        os.symlink(PRISTINE, os.path.join(self.build, "pristine",
+                                          PIN["SHA256"]))
 
     def write_script(self, path, text):
         """An executable shell script at path: a stand-in for a tool."""
@@ -112,16 +116,16 @@ class DriverTest(unittest.TestCase):
 
     def test_patch_that_does_not_apply(self):
         self.use_real_upstream()
-        self.write("patches/3.13/0999-bad.patch", BAD_PATCH)
-        with open(os.path.join(self.top, "patches/3.13/series"), "a") as f:
+        self.write("series/3.13/patches/0999-bad.patch", BAD_PATCH)
+        with open(os.path.join(self.top, "series/3.13/patches/series"), "a") as f:
             f.write("0999-bad.patch\n")
         proc = self.tool("prepare")
         self.assertFailsWith(proc, "patch 0999-bad.patch does not apply")
-        self.assertFalse(os.path.exists(os.path.join(self.build, "src")))
+        self.assertFalse(os.path.exists(os.path.join(self.build, "3.13", "src")))
 
     def test_series_names_missing_patch(self):
         self.use_real_upstream()
-        with open(os.path.join(self.top, "patches/3.13/series"), "a") as f:
+        with open(os.path.join(self.top, "series/3.13/patches/series"), "a") as f:
             f.write("0998-missing.patch\n")
         proc = self.tool("prepare")
         self.assertFailsWith(proc, "names missing 0998-missing.patch")
@@ -136,7 +140,7 @@ class DriverTest(unittest.TestCase):
     def test_overlay_replaces_changed_upstream_file(self):
         self.use_real_upstream()
         self.write("overlay/Python/ceval.c", "/* ours */\n")
-        with open(os.path.join(self.top, "patches/3.13/overlay-replaces"),
+        with open(os.path.join(self.top, "series/3.13/overlay-replaces"),
                   "a") as f:
             f.write("%s  Python/ceval.c\n" % ("0" * 64))
         proc = self.tool("prepare")
@@ -163,14 +167,14 @@ class DriverTest(unittest.TestCase):
     def test_missing_dtrace(self):
         env = self.path_without("dtrace")
         proc = self.tool("configure", os.path.join(self.tmp, "obj"),
-                         os.path.join(BUILD, "src"), env=env)
+                         os.path.join(SBUILD, "src"), env=env)
         self.assertFailsWith(proc, "dtrace not found; install it with: "
                              "apt-get install systemtap-sdt-dev")
 
     def test_missing_compiler(self):
         env = self.path_without("gcc")
         proc = self.tool("configure", os.path.join(self.tmp, "obj"),
-                         os.path.join(BUILD, "src"), env=env)
+                         os.path.join(SBUILD, "src"), env=env)
         self.assertFailsWith(proc, "gcc not found; install it with: "
                              "apt-get install gcc")
 
@@ -186,31 +190,31 @@ class DriverTest(unittest.TestCase):
         # The real build was prepared from the same inputs: a fresh prepare
         # must give the very same tree, and a second one must too.
         self.use_real_upstream()
-        stamp = os.path.join(self.build, "stamps", "prepare")
-        with open(os.path.join(BUILD, "stamps", "prepare")) as f:
+        stamp = os.path.join(self.build, "3.13", "stamps", "prepare")
+        with open(os.path.join(SBUILD, "stamps", "prepare")) as f:
             expected = f.read()
         for attempt in (1, 2):
             proc = self.tool("prepare")
             self.assertEqual(proc.returncode, 0, proc.stderr)
             with open(stamp) as f:
                 self.assertEqual(f.read(), expected, "prepare #%d" % attempt)
-        status = run(["git", "-C", os.path.join(self.build, "src"),
+        status = run(["git", "-C", os.path.join(self.build, "3.13", "src"),
                       "status", "--porcelain"])
         self.assertEqual(status.stdout, "")
 
     def test_configure_is_reproducible(self):
         # Against build/obj, the default build's tree, which a clone that
         # only ran `make release` (make check-release) does not have.
-        if not os.path.exists(os.path.join(BUILD, "obj", "pyconfig.h")):
+        if not os.path.exists(os.path.join(SBUILD, "obj", "pyconfig.h")):
             self.skipTest("build/obj is not configured (run `make`): this "
                           "test compares a scratch configure with it")
         obj = os.path.join(self.tmp, "obj")
         # The Makefile configures with $(CURDIR)/build/src, a path without
         # symbolic links (build/ itself may be one).
-        src = os.path.realpath(os.path.join(BUILD, "src"))
+        src = os.path.realpath(os.path.join(SBUILD, "src"))
         proc = self.tool("configure", obj, src)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        real = os.path.realpath(os.path.join(BUILD, "obj"))
+        real = os.path.realpath(os.path.join(SBUILD, "obj"))
         for name in ("pyconfig.h", "Makefile"):
             with open(os.path.join(obj, name)) as f:
                 ours = f.read().replace(obj, "@OBJ@")
@@ -258,7 +262,7 @@ class DriverTest(unittest.TestCase):
         for name in ("SHARED", "OPTIMIZE", "DTRACE", "VARIANT",
                      "FRAME_POINTERS", "LOOP_FLAGS"):
             env = dict(self.env, **{name: "maybe"})
-            proc = self.tool("configure", obj, os.path.join(BUILD, "src"),
+            proc = self.tool("configure", obj, os.path.join(SBUILD, "src"),
                              env=env)
             self.assertFailsWith(proc, "%s must be " % name,
                                  "not 'maybe'")
@@ -302,6 +306,37 @@ class DriverTest(unittest.TestCase):
                                  ["Setup.local: " + line for line in lines])
                 shutil.rmtree(obj)
 
+    def test_our_tree_uses_its_defaults(self):
+        # A tree whose configure knows --with-usdt-defaults (ours, patch
+        # 0104) applies the flags itself: none on the command line and no
+        # Setup.local lines; --without-usdt-defaults when either set is
+        # off, and the other given as for a pristine tree.
+        src = os.path.join(self.tmp, "src")
+        os.makedirs(src)
+        self.write_script(os.path.join(src, "configure"),
+                          "# --with-usdt-defaults\nexit 0\n")
+        fp = "CFLAGS=-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
+        cases = [
+            ({}, []),
+            ({"OPTIMIZE": "release"}, []),
+            ({"LOOP_FLAGS": "no"}, [fp, "--without-usdt-defaults"]),
+            ({"LOOP_FLAGS": "no", "FRAME_POINTERS": "no"},
+             ["--without-usdt-defaults"]),
+        ]
+        for variables, extra in cases:
+            with self.subTest(**variables):
+                obj = os.path.join(self.tmp, "obj")
+                proc = self.tool("configure", obj, src,
+                                 env=dict(self.env, **variables))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(os.path.join(obj, "usdt-configure-flags")) as f:
+                    recorded = f.read().splitlines()
+                self.assertEqual([line for line in recorded
+                                  if line.startswith(("CFLAGS", "Setup",
+                                                      "--without-usdt"))],
+                                 extra)
+                shutil.rmtree(obj)
+
 
 class MakefileOrderTest(unittest.TestCase):
     """On a fresh machine every target that configures a tree installs the
@@ -338,6 +373,20 @@ class MakefileOrderTest(unittest.TestCase):
                     self.assertLess(deps, configure[0])
 
 
+class MakefileSeriesTest(unittest.TestCase):
+    """A series without a directory fails with one line that names the
+    series there are."""
+
+    def test_unknown_series(self):
+        proc = run(["make", "-n", "-C", TOP, "SERIES=3.99"])
+        self.assertNotEqual(proc.returncode, 0)
+        errors = [line for line in proc.stderr.splitlines()
+                  if "***" in line]
+        self.assertEqual(len(errors), 1, proc.stderr)
+        self.assertIn("no series '3.99': series/3.99/pin does not exist "
+                      "(the series are: 3.13)", errors[0])
+
+
 class MakefilePreviewTest(unittest.TestCase):
     """`make -n TARGET` shows a reconfigure only when there would be one:
     the prefix stamp is out of date only when PREFIX changed."""
@@ -350,10 +399,10 @@ class MakefilePreviewTest(unittest.TestCase):
             # last, after configure, which it rewrites only when its
             # content changes), configured for the default prefix.
             chain = [os.path.join("dl", PIN["TARBALL"]),
-                     os.path.join("src", "configure"),
-                     os.path.join("stamps", "prepare"),
-                     os.path.join("stamps", "prefix"),
-                     os.path.join("obj", "usdt-configure-flags")]
+                     os.path.join("3.13", "src", "configure"),
+                     os.path.join("3.13", "stamps", "prepare"),
+                     os.path.join("3.13", "stamps", "prefix"),
+                     os.path.join("3.13", "obj", "usdt-configure-flags")]
             now = time.time_ns()
             for k, name in enumerate(chain):
                 path = os.path.join(build, name)
@@ -505,6 +554,11 @@ echo 'check-deb: control fields' >&2
 echo 'check-deb: SKIPPED installing x.deb: dpkg needs root' >&2
 [ "${STANDIN_FAIL:-}" != 6 ]
 """,
+    "check-dist": """
+echo 'check-dist: ./configure --with-dtrace' >&2
+echo 'check-dist: make' >&2
+[ "${STANDIN_FAIL:-}" != 9 ]
+""",
     "check-install": """
 n=7; [ "${1:-}" != --shared ] || n=8
 echo 'check-install: make install' >&2
@@ -538,7 +592,8 @@ class CheckAllTest(unittest.TestCase):
                 f.write("#!/bin/bash\n" + text)
             os.chmod(path, 0o755)
         with open(os.path.join(top, "Makefile"), "w") as f:
-            f.write("check-shared:\n\ttools/check-install --shared\n")
+            f.write("check-shared:\n\ttools/check-install --shared\n"
+                    "check-dist:\n\ttools/check-dist\n")
         self.systmp = os.path.join(self.tmp, "systmp")
         os.mkdir(self.systmp)
         self.env = dict(os.environ, CHECK_ALL_SYSTEM_TMP=self.systmp)
@@ -563,16 +618,18 @@ class CheckAllTest(unittest.TestCase):
             "0 failed, 4 skipped",
             "tier 4 (regrtest subset): passed: 1234 tests run, 2 failed, "
             "45 skipped; failures compared with "
-            "tests/regrtest-known-failures",
+            "series/3.13/regrtest-known-failures",
             "tier 5 (regrtest subset, armed): passed: 500 tests run, "
             "0 failed, 7 skipped; failures compared with "
-            "tests/regrtest-known-failures",
+            "series/3.13/regrtest-known-failures",
             "tier 6 (.deb installed and removed): passed: 3 steps run, "
             "0 failed, 1 skipped",
             "tier 7 (make install): passed: 3 steps run, 0 failed, "
             "1 skipped",
             "tier 8 (make install-shared): passed: 3 steps run, 0 failed, "
             "1 skipped",
+            "tier 9 (source release): passed: 2 steps run, 0 failed, "
+            "0 skipped",
             "left behind in %s: nothing new (python-usdt-*, perf-PID.map)"
             % self.systmp])
 
@@ -582,8 +639,8 @@ class CheckAllTest(unittest.TestCase):
             with self.subTest(tier=tier):
                 proc, lines = self.check_all(STANDIN_FAIL=str(tier))
                 self.assertNotEqual(proc.returncode, 0, proc.stderr)
-                self.assertEqual(len(lines), 9, proc.stderr)
-                for n, line in enumerate(lines[:8], 1):
+                self.assertEqual(len(lines), 10, proc.stderr)
+                for n, line in enumerate(lines[:9], 1):
                     self.assertTrue(line.startswith("tier %d (" % n), line)
                     if n == tier:
                         self.assertIn("): FAILED: ", line)

@@ -434,6 +434,29 @@ class PystackOffsetsTest(unittest.TestCase):
         self.assertGreater(tls, 0)
         self.assertGreater(text, 0)
 
+    def test_unknown_layout(self):
+        # A copy of the interpreter whose _Py_DebugOffsets say 3.99: the
+        # tool names the version it found and the ones it knows.
+        with open(PYTHON, "rb") as f:
+            data = bytearray(f.read())
+        cookie = data.find(b"xdebugpy")
+        self.assertGreater(cookie, 0)
+        version = int.from_bytes(data[cookie + 8:cookie + 16], "little")
+        self.assertEqual(version >> 16, 0x030d)
+        data[cookie + 8:cookie + 16] = ((0x0363 << 16) | (version & 0xffff)
+                                        ).to_bytes(8, "little")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "python")
+            with open(copy, "wb") as f:
+                f.write(data)
+            os.chmod(copy, 0o755)
+            proc = run([TOOL_PYTHON, TOOL, "--probe", "BEGIN", "--python",
+                        copy, "--print-program"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("pystack: %s is Python 3.99: this tool knows the "
+                      "_Py_DebugOffsets layout of 3.13 only" % copy,
+                      proc.stderr)
+
     def test_not_an_interpreter(self):
         proc = run([TOOL_PYTHON, TOOL, "--probe", "BEGIN", "--python",
                     "/bin/true", "--print-program"])

@@ -16,11 +16,11 @@ system's temporary directory, outside the directories the other tests use.
 The clone holds the committed files, as a user's would: uncommitted edits
 are not seen.  build/ is not in git, and building the interpreter again in
 the clone would take minutes and gigabytes, so the clone's build/ is a
-symbolic link to this repository's build/: `$PWD/build/obj/python` in the
+symbolic link to this repository's build/: `$PWD/build/3.13/obj/python` in the
 clone is then the interpreter that `make` built here, reached through the
 clone's path.  The unprivileged user that the tests run as when they are
 root (uid 65534) may not be able to follow that link (a clone under /root,
-mode 0700), so it is given a copy of the clone whose build/obj/python is a
+mode 0700), so it is given a copy of the clone whose build/3.13/obj/python is a
 copy of the interpreter.
 
 Output is compared by shape: line by line, after dropping blank lines, a
@@ -223,7 +223,7 @@ class ReadmeExamples(unittest.TestCase):
         # Not `make demo` itself: its `build` prerequisite would find the
         # clone's files newer than the stamps of the shared build/ and
         # rebuild it.
-        return run([*wrapper, "tools/demo", "build/obj"],
+        return run([*wrapper, "tools/demo", "build/3.13/obj"],
                    cwd=clone or self.clone, env=user_env(), timeout=600)
 
     def test_demo_shows_the_readme_examples(self):
@@ -280,7 +280,7 @@ class ReadmeExamples(unittest.TestCase):
 
     def copy_for_another_user(self, clone):
         """A copy of clone that uid NOBODY can read and run: its files, and
-        a real copy of its interpreter as build/obj/python.  The clone's
+        a real copy of its interpreter as build/3.13/obj/python.  The clone's
         build/ is a link to this repository's, which may be in a directory
         closed to other users (a home of mode 0700, such as /root); bpftrace
         and tools/demo fail for that user before they run the interpreter,

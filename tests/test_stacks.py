@@ -122,14 +122,15 @@ class Workload:
     """data/stacks_workload.py, running until finish() or the test's end;
     its perf map is removed after it."""
 
-    def __init__(self, testcase, *options, consent=True):
+    def __init__(self, testcase, *options, consent=True,
+                 lifetime=LIFETIME_S):
         self.testcase = testcase
         # -X dtrace_stacks: the owner allows a tracer to turn the trampoline
         # on; without it the marker does nothing.
         if consent:
             options = ("-X", "dtrace_stacks", *options)
         self.proc = start(testcase, [PYTHON, *options, WORKLOAD,
-                                     str(LIFETIME_S)],
+                                     str(lifetime)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
         # Cleanups run last first: the map goes after the process.
@@ -176,6 +177,22 @@ class Workload:
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.01)
+
+    def wait_new_mapped(self, mapped, timeout):
+        """Compile and call new functions until the perf map lists them
+        (*mapped* true) or not: the number of functions that took.
+        AssertionError after *timeout* s."""
+        deadline = time.monotonic() + timeout
+        tries = 0
+        while True:
+            tries += 1
+            if self.mapped(self.ask("new")) == mapped:
+                return tries
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    "new functions still %s the perf map after %d s"
+                    % ("missing from" if mapped else "listed in", timeout))
+            time.sleep(0.05)
 
     def wait_calls(self, expected, timeout):
         """Poll middle()'s CALLs until they are *expected*: the seconds
@@ -495,6 +512,71 @@ class StacksTest(unittest.TestCase):
         self.assertFalse(workload.call("fresh_1"))
         marker.disarm()
         workload.finish()
+
+
+class TrampolineCyclesTest(unittest.TestCase):
+    """The trampoline turned on and off many times in one process, by the
+    marker and by the program, and the process still exits cleanly.  Since
+    gh-143228 each activation registers a code watcher (there are 8) and
+    refcounts the trampolines; activating it again used to free them under
+    live code at exit (gh-146522, patch 0211)."""
+
+    maxDiff = None
+
+    def test_arm_disarm_50_times(self):
+        # The semaphore is moved as the kernel moves it for a uprobe, so
+        # that 50 cycles take 50 polls each way rather than 50 bpftrace
+        # start-ups; test_disarm does it with bpftrace.  Every tenth cycle
+        # the program also activates and deactivates the trampoline
+        # itself, which makes the marker's next arming start it again.
+        workload = Workload(self, lifetime=600)
+        semaphore = Semaphore(workload.pid, "stacks__enable")
+        if semaphore.value():
+            self.skipTest("python:stacks__enable is already armed "
+                          "(semaphore %d): another tracer has a uprobe on "
+                          "every %s process" % (semaphore.value(), PYTHON))
+        for cycle in range(50):
+            try:
+                semaphore.add(1)
+            except PermissionError as e:
+                tracer_unusable("cannot arm python:stacks__enable by "
+                                "writing its semaphore: %s" % e)
+            workload.wait_new_mapped(True, 10)
+            semaphore.add(-1)
+            workload.wait_new_mapped(False, 10)
+            if cycle % 10 == 5:
+                self.assertIsNone(workload.ask("activate"))
+                self.assertIs(workload.ask("active"), True)
+                workload.wait_new_mapped(True, 10)
+                self.assertIsNone(workload.ask("deactivate"))
+                self.assertIs(workload.ask("active"), False)
+        workload.finish()
+
+    def test_program_activates_repeatedly(self):
+        # gh-146522's reproducer, with and without consent: the third
+        # activation after loading a library crashed at exit, the ninth
+        # ran out of code watchers.
+        code = ("import ctypes, os, sys\n"
+                "print(os.getpid(), flush=True)\n"
+                "ctypes.CDLL(None)\n"
+                "for _ in range(12):\n"
+                "    sys.activate_stack_trampoline('perf')\n"
+                "def f(): return 1\n"
+                "f()\n"
+                "sys.deactivate_stack_trampoline()\n"
+                "sys.activate_stack_trampoline('perf')\n"
+                "print(sys.is_stack_trampoline_active())\n")
+        for options in ([], ["-X", "dtrace_stacks"]):
+            with self.subTest(options=options):
+                proc = subprocess.run([PYTHON, *options, "-c", code],
+                                      capture_output=True, text=True,
+                                      timeout=60)
+                pid = proc.stdout.split()[0] if proc.stdout else None
+                if pid is not None and os.path.exists(perf_map_path(int(pid))):
+                    os.unlink(perf_map_path(int(pid)))
+                self.assertEqual((proc.returncode, proc.stderr),
+                                 (0, ""))
+                self.assertEqual(proc.stdout.split()[1:], ["True"])
 
 
 if __name__ == "__main__":

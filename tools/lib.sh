@@ -5,7 +5,14 @@ set -euo pipefail
 
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SERIES=${SERIES:-3.13}
+# BUILD holds what is shared between series: the downloads (dl/), the
+# private apt state (apt/) and the pristine trees, one per tarball
+# (pristine/SHA256/).  Each series' own trees (src, stage, obj, release,
+# ...) are under SBUILD, BUILD/SERIES.
 BUILD=${BUILD:-$TOP/build}
+SBUILD=$BUILD/$SERIES
+# Everything that is specific to one CPython series (docs/layout.md).
+SERIES_DIR=$TOP/series/$SERIES
 
 die() {
     printf '%s: error: %s\n' "${0##*/}" "$*" >&2
@@ -16,10 +23,18 @@ log() {
     printf '%s: %s\n' "${0##*/}" "$*" >&2
 }
 
-# load_pin: read upstream/$SERIES into PIN_* shell variables.
+# check_series: stop with one line when series/$SERIES does not exist.
+check_series() {
+    [ -f "$SERIES_DIR/pin" ] || die "no series '$SERIES': series/$SERIES/pin \
+does not exist (the series are: $(cd "$TOP/series" && ls -d -- */ 2>/dev/null |
+        tr -d / | tr '\n' ' '| sed 's/ $//'))"
+}
+
+# load_pin: read series/$SERIES/pin into PIN_* shell variables, and set
+# PRISTINE, the pristine tree of its tarball.
 load_pin() {
-    local pin=$TOP/upstream/$SERIES key value
-    [ -f "$pin" ] || die "no upstream pin $pin"
+    check_series
+    local pin=$SERIES_DIR/pin key value
     while IFS='=' read -r key value; do
         case $key in
             ''|'#'*) continue ;;
@@ -28,6 +43,8 @@ load_pin() {
         printf -v "PIN_$key" '%s' "$value"
     done < "$pin"
     : "${PIN_VERSION:?}" "${PIN_RELEASE:?}" "${PIN_TARBALL:?}" "${PIN_SHA256:?}"
+    : "${PIN_REGEN_PYTHON:?}"
+    PRISTINE=$BUILD/pristine/$PIN_SHA256
 }
 
 # verify_sha256 FILE EXPECTED: stop with a clear message on a mismatch.

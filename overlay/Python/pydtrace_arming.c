@@ -39,7 +39,7 @@
 #include "pycore_instruments.h"   // _PyMonitoring_SetEvents()
 #include "pycore_interp.h"        // PyInterpreterState.sys_profiling_threads
 #include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
-#include "pycore_pystate.h"       // _PyThreadState_GET()
+#include "pycore_pystate.h"       // _PyThreadState_GET(), _PyEval_StopTheWorld()
 
 #include <pthread.h>
 #include <string.h>
@@ -173,34 +173,35 @@ _PyDTrace_ProbeOnlySlots(PyInterpreterState *interp)
 
 /* Install on both legacy slots of the current thread's interpreter:
  * (what legacy tracing needs) | (what the armed probes need).  Neither sets
- * nor clears the caller's exception. */
+ * nor clears the caller's exception.
+ *
+ * With the world stopped, as sys.setprofile() and sys.settrace() install
+ * their events (Python/legacy_tracing.c): _PyMonitoring_SetEvents()
+ * requires it, and it keeps the thread counts read here from changing
+ * before the events are set.  A no-op in builds with the GIL. */
 static void
 dtrace_configure(PyInterpreterState *interp, int armed)
 {
+    PyObject *exc = PyErr_GetRaisedException();
+    _PyEval_StopTheWorld(interp);
     uint32_t profile = 0;
     uint32_t trace = 0;
-#ifdef Py_GIL_DISABLED
-    PyMutex_Lock(&_PyRuntime.ceval.sys_trace_profile_mutex);
-#endif
     if (interp->sys_profiling_threads) {
         profile = LEGACY_PROFILE_EVENTS;
     }
     if (interp->sys_tracing_threads) {
         trace = LEGACY_TRACE_EVENTS;
     }
-#ifdef Py_GIL_DISABLED
-    PyMutex_Unlock(&_PyRuntime.ceval.sys_trace_profile_mutex);
-#endif
     profile |= armed_events(armed, PY_MONITORING_SYS_PROFILE_ID);
     trace |= armed_events(armed, PY_MONITORING_SYS_TRACE_ID);
 
-    PyObject *exc = PyErr_GetRaisedException();
     if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
         PyErr_Clear();
     }
     if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
         PyErr_Clear();
     }
+    _PyEval_StartTheWorld(interp);
     PyErr_SetRaisedException(exc);
 }
 

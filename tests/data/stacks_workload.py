@@ -12,6 +12,8 @@ from its standard input, one JSON value per line:
 
     call NAME    calls fresh function NAME (fresh_1, fresh_2, ...), which
                  nothing has called before: true
+    new          compiles a new function, fresh_new_N (N counts up), and
+                 calls it: its name
     calls        the CALL instructions of middle(), as specialized now
     active       sys.is_stack_trampoline_active()
     activate     sys.activate_stack_trampoline("perf"): null
@@ -88,11 +90,26 @@ FRESH = {f.__name__: f for f in (fresh_1, fresh_2, fresh_3, fresh_4,
                                   fresh_5, fresh_6)}
 
 
+NEW = []
+
+
+def new_function():
+    name = "fresh_new_%d" % len(NEW)
+    namespace = {}
+    exec(compile("def %s():\n    return 1\n" % name, __file__, "exec"),
+         namespace)
+    NEW.append(namespace[name])
+    NEW[-1]()
+    return name
+
+
 def answer(line):
     command, _, argument = line.partition(" ")
     if command == "call":
         FRESH.pop(argument)()
         return True
+    if command == "new":
+        return new_function()
     if command == "calls":
         return [i.opname for i in dis.get_instructions(middle, adaptive=True)
                 if i.opname.startswith("CALL")]

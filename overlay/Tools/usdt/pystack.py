@@ -37,9 +37,13 @@ import sys
 import tempfile
 import threading
 
-# The layout of _Py_DebugOffsets in 3.13 (Include/internal/pycore_runtime.h):
-# after the 8-byte cookie, every field is a uint64_t, in this order.
-DEBUG_OFFSETS_3_13 = [
+# The layouts of _Py_DebugOffsets (Include/internal/pycore_runtime.h) that
+# this tool reads, by the (major, minor) version its first field gives:
+# after the 8-byte cookie, every field is a uint64_t, in this order.  The
+# layout is the same in every 3.13 release (3.13.0 to 3.13.15 checked); a
+# series whose layout differs needs its own entry, and the frame walk of
+# its own (3.14's f_executable is a tagged _PyStackRef, for one).
+DEBUG_OFFSETS = {(3, 13): [
     "version", "free_threaded",
     "runtime_state.size", "runtime_state.finalizing",
     "runtime_state.interpreters_head",
@@ -75,7 +79,7 @@ DEBUG_OFFSETS_3_13 = [
     "unicode_object.size", "unicode_object.state", "unicode_object.length",
     "unicode_object.asciiobject_size",
     "gc.size", "gc.collecting",
-]
+]}
 COOKIE = b"xdebugpy"
 
 DEFAULT_MAX_DEPTH = 64
@@ -191,17 +195,22 @@ class Interpreter:
             raise Error("%s has no .PyRuntime section nor _PyRuntime "
                         "symbol%s" % (path, hint))
         self.runtime_vaddr = runtime
-        raw = elf.read_vaddr(runtime, 8 + 8 * len(DEBUG_OFFSETS_3_13))
+        raw = elf.read_vaddr(runtime, 16)
         if raw[:8] != COOKIE:
             raise Error("%s: no _Py_DebugOffsets cookie %r at _PyRuntime"
                         % (path, COOKIE.decode()))
-        values = struct.unpack_from("<%dQ" % len(DEBUG_OFFSETS_3_13), raw, 8)
-        self.offsets = dict(zip(DEBUG_OFFSETS_3_13, values))
-        version = self.offsets["version"]
-        if version >> 16 != 0x030d:
+        version, = struct.unpack_from("<Q", raw, 8)
+        series = (version >> 24, (version >> 16) & 0xff)
+        layout = DEBUG_OFFSETS.get(series)
+        if layout is None:
             raise Error("%s is Python %d.%d: this tool knows the "
-                        "_Py_DebugOffsets layout of 3.13 only"
-                        % (path, version >> 24, (version >> 16) & 0xff))
+                        "_Py_DebugOffsets layout of %s only"
+                        % ((path,) + series + (", ".join(
+                            "%d.%d" % known
+                            for known in sorted(DEBUG_OFFSETS)),)))
+        raw = elf.read_vaddr(runtime, 8 + 8 * len(layout))
+        values = struct.unpack_from("<%dQ" % len(layout), raw, 8)
+        self.offsets = dict(zip(layout, values))
         self.version = version
         if self.offsets["free_threaded"]:
             raise Error("%s is a free-threaded build: not supported (its "

@@ -1,0 +1,60 @@
+dnl cpython-usdt's configure defaults, included by configure.ac (patch
+dnl 0104).  `make` in the cpython-usdt repository and a plain
+dnl `./configure --with-dtrace && make` in its source release both get them.
+
+dnl CPYTHON_USDT_DEFAULTS: the compiler flags of cpython-usdt's builds,
+dnl unless --without-usdt-defaults.  Called once the compiler and
+dnl --enable-optimizations are known.  Each flag's reason is in
+dnl docs/layout.md ("Compiler flags") of the cpython-usdt repository:
+dnl
+dnl   - frame pointers in CFLAGS, so that perf -g, bpftrace's ustack and gdb
+dnl     walk native stacks through the interpreter without DWARF; CFLAGS also
+dnl     reach sysconfig and C extensions built for this interpreter;
+dnl   - -fno-gcse for the interpreter's own files (CFLAGS_NODIST): with
+dnl     frame pointers, GCC's GCSE leaves the loop's `frame` in memory;
+dnl   - for Python/ceval.o (USDT_CEVAL_CFLAGS): -fno-tracer, and with PGO a
+dnl     longer limit for copying the dispatch and GCC's priority register
+dnl     allocator; with PGO, that allocator for Modules/_sre/sre.o too
+dnl     (USDT_SRE_CFLAGS).
+dnl
+dnl The GCC-only flags are given to GCC only.
+AC_DEFUN([CPYTHON_USDT_DEFAULTS], [
+AC_MSG_CHECKING([for --with-usdt-defaults])
+AC_ARG_WITH([usdt-defaults],
+  [AS_HELP_STRING([--without-usdt-defaults],
+    [cpython-usdt: leave out its compiler flags (frame pointers, -fno-gcse and the interpreter loop's flags) (default is with)])],
+  [AS_CASE([$withval], [yes|no], [],
+     [AC_MSG_ERROR([--with-usdt-defaults takes no value, not '$withval'])])],
+  [with_usdt_defaults=yes])
+AC_MSG_RESULT([$with_usdt_defaults])
+USDT_CEVAL_CFLAGS=
+USDT_SRE_CFLAGS=
+AS_IF([test "$with_usdt_defaults" = yes], [
+  AX_CHECK_COMPILE_FLAG([-fno-omit-frame-pointer],
+    [CFLAGS="$CFLAGS -fno-omit-frame-pointer"], [], [-Werror])
+  AX_CHECK_COMPILE_FLAG([-mno-omit-leaf-frame-pointer],
+    [CFLAGS="$CFLAGS -mno-omit-leaf-frame-pointer"], [], [-Werror])
+  AS_IF([test "$ac_cv_cc_name" = gcc], [
+    CFLAGS_NODIST="$CFLAGS_NODIST -fno-gcse"
+    USDT_CEVAL_CFLAGS="-fno-tracer"
+    AS_IF([test "$Py_OPT" = true], [
+      USDT_CEVAL_CFLAGS="$USDT_CEVAL_CFLAGS --param max-goto-duplication-insns=30 -fira-algorithm=priority"
+      USDT_SRE_CFLAGS="-fira-algorithm=priority"
+    ])
+  ])
+])
+AC_SUBST([USDT_CEVAL_CFLAGS])
+AC_SUBST([USDT_SRE_CFLAGS])
+])
+
+dnl CPYTHON_USDT_BUILDINFO: in a source release (make dist), which has no
+dnl .git, Misc/cpython-usdt-buildinfo holds what git gives in the
+dnl repository's tree: its tag, commit and branch lines, so that
+dnl sys.version and platform.python_build() name the same release.
+AC_DEFUN([CPYTHON_USDT_BUILDINFO], [
+AS_IF([test "$HAS_GIT" != found && test -f "$srcdir/Misc/cpython-usdt-buildinfo"], [
+  GITTAG="sed -n 1p \$(srcdir)/Misc/cpython-usdt-buildinfo"
+  GITVERSION="sed -n 2p \$(srcdir)/Misc/cpython-usdt-buildinfo"
+  GITBRANCH="sed -n 3p \$(srcdir)/Misc/cpython-usdt-buildinfo"
+])
+])
