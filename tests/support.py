@@ -14,7 +14,8 @@ TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(TOP, "build")
 # The interpreter under test: tools/check exports it; default to our build.
 PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
-                        os.path.join(BUILD, "obj", "python"))
+                        os.path.join(BUILD, os.environ.get("SERIES", "3.13"),
+                                     "obj", "python"))
 
 
 def run(cmd, **kwargs):

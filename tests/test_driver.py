@@ -344,9 +344,9 @@ class MakefileOrderTest(unittest.TestCase):
     autoconf) or configures, the pristine benchmark trees included."""
 
     TARGETS = ("build", "release", "shared", "check-freethreading",
-               "{b}/pristine-obj/python", "{b}/bench-upstream/python",
-               "{b}/release-pristine-fp2/python",
-               "{b}/release-pristine-nofp2/python",
+               "{b}/3.13/pristine-obj/python", "{b}/3.13/bench-upstream/python",
+               "{b}/3.13/release-pristine-fp2/python",
+               "{b}/3.13/release-pristine-nofp2/python",
                "bench-framepointers-release-wall")
 
     def test_deps_come_first(self):
@@ -435,7 +435,7 @@ class MakefilePreviewTest(unittest.TestCase):
             self.assertTrue(stamp and configure, out)
             self.assertLess(stamp[0], configure[0])
             # No stamp yet: it is written.
-            os.unlink(os.path.join(build, "stamps", "prefix"))
+            os.unlink(os.path.join(build, "3.13", "stamps", "prefix"))
             self.assertIn("tools/configure", preview())
 
 

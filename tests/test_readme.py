@@ -48,7 +48,7 @@ CLONE_DIRS = (
     "3rd",
     "cpython-usdt.clone",
 )
-INTERPRETER = os.path.join("build", "obj", "python")
+INTERPRETER = os.path.join("build", "3.13", "obj", "python")
 # The unprivileged user (nobody) that the tests run as when they are root.
 NOBODY = 65534
 AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
@@ -268,14 +268,15 @@ class ReadmeExamples(unittest.TestCase):
         self.require_interpreter()
         private = os.path.join(self.tmp, "private")
         os.mkdir(private, 0o700)
-        obj = os.path.join(private, "top", "build", "obj")
+        obj = os.path.join(private, "top", "build", "3.13", "obj")
         os.makedirs(obj)
         shutil.copy2(os.path.join(self.clone, INTERPRETER), obj)
         clone = os.path.join(self.tmp, "clone-of-a-private-top",
                              CLONE_DIRS[-1])
         shutil.copytree(self.clone, clone, symlinks=True,
                         ignore=shutil.ignore_patterns("build", ".git"))
-        os.symlink(os.path.dirname(obj), os.path.join(clone, "build"))
+        os.symlink(os.path.dirname(os.path.dirname(obj)),
+                   os.path.join(clone, "build"))
         self.check_demo_says_what_is_missing(clone)
 
     def copy_for_another_user(self, clone):
@@ -291,7 +292,7 @@ class ReadmeExamples(unittest.TestCase):
         if not os.path.exists(copy):
             shutil.copytree(clone, copy, symlinks=True,
                             ignore=shutil.ignore_patterns("build", ".git"))
-            os.makedirs(os.path.join(copy, "build", "obj"))
+            os.makedirs(os.path.join(copy, "build", "3.13", "obj"))
             shutil.copy2(os.path.join(clone, INTERPRETER),
                          os.path.join(copy, INTERPRETER))
         # setpriv does not search PATH the same way after dropping

@@ -61,7 +61,8 @@ Refusing to unpack it.  Remove it or pass the genuine tarball."
 }
 
 # The Debian package of tools/deb, checked by tools/check-deb: its name,
-# where it installs, and deb_file DIR ARCH: its file in DIR (load_pin
+# where it installs, and deb_file DIR ARCH: its file in DIR, and
+# deb_testsuite_file DIR ARCH: its test suite's (load_pin
 # first).
 # shellcheck disable=SC2034  # used by tools/deb and tools/check-deb
 PACKAGE=cpython-usdt
@@ -69,6 +70,9 @@ PACKAGE=cpython-usdt
 PACKAGE_PREFIX=/opt/cpython-usdt
 deb_file() {
     printf '%s/%s_%s_%s.deb\n' "$1" "$PACKAGE" "$PIN_RELEASE" "$2"
+}
+deb_testsuite_file() {
+    printf '%s/%s-testsuite_%s_%s.deb\n' "$1" "$PACKAGE" "$PIN_RELEASE" "$2"
 }
 
 # Deterministic git identity and dates for the scratch trees, so that the
