@@ -555,7 +555,9 @@ class TrampolineCyclesTest(unittest.TestCase):
     def test_program_activates_repeatedly(self):
         # gh-146522's reproducer, with and without consent: the third
         # activation after loading a library crashed at exit, the ninth
-        # ran out of code watchers.
+        # ran out of code watchers.  Then a fork, whose child starts the
+        # trampoline afresh: with consent, the first start had the slot
+        # reserved for it, which the child's must not share.
         code = ("import ctypes, os, sys\n"
                 "print(os.getpid(), flush=True)\n"
                 "ctypes.CDLL(None)\n"
@@ -565,7 +567,20 @@ class TrampolineCyclesTest(unittest.TestCase):
                 "f()\n"
                 "sys.deactivate_stack_trampoline()\n"
                 "sys.activate_stack_trampoline('perf')\n"
-                "print(sys.is_stack_trampoline_active())\n")
+                # A fork child starts the trampoline afresh, with code
+                # objects of the parent's start still alive.
+                "fs = [eval('lambda: %d' % i) for i in range(200)]\n"
+                "for g in fs: g()\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    for g in fs: g()\n"
+                "    del fs\n"
+                "    for i in range(200): eval('lambda: %d' % i)()\n"
+                "    sys.exit(0)\n"
+                "_, status = os.waitpid(pid, 0)\n"
+                "child_map = '/tmp/perf-%d.map' % pid\n"
+                "if os.path.exists(child_map): os.unlink(child_map)\n"
+                "print(sys.is_stack_trampoline_active(), status)\n")
         for options in ([], ["-X", "dtrace_stacks"]):
             with self.subTest(options=options):
                 proc = subprocess.run([PYTHON, *options, "-c", code],
@@ -576,7 +591,7 @@ class TrampolineCyclesTest(unittest.TestCase):
                     os.unlink(perf_map_path(int(pid)))
                 self.assertEqual((proc.returncode, proc.stderr),
                                  (0, ""))
-                self.assertEqual(proc.stdout.split()[1:], ["True"])
+                self.assertEqual(proc.stdout.split()[1:], ["True", "0"])
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ static struct {
     /* The co_extra slot reserved for the trampoline under consent, else
      * -1 (no index matches it). */
     Py_ssize_t code_extra_index;
+    /* The trampoline has started with that slot once. */
+    int code_extra_taken;
     /* The trampoline is on only because the marker is armed. */
     int owned;
     /* perf_trampoline.c's frame evaluator, as seen when it was first on. */
@@ -186,6 +188,7 @@ _PyDTrace_StacksAllow(int allowed)
     stacks.evaluator = NULL;
     stacks.allowed = allowed;
     stacks.code_extra_index = -1;
+    stacks.code_extra_taken = 0;
     if (allowed) {
         /* Before any Python code runs: see "co_extra" above.  With no slot
          * left, the trampoline asks for one when it starts, as upstream. */
@@ -196,9 +199,14 @@ _PyDTrace_StacksAllow(int allowed)
 Py_ssize_t
 _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate)
 {
-    if (!_Py_IsMainInterpreter(tstate->interp)) {
+    if (!_Py_IsMainInterpreter(tstate->interp) || stacks.code_extra_taken) {
         return -1;
     }
+    /* For the trampoline's first start only.  It starts afresh only after
+     * its watcher was cleared (in a fork child), while code objects of the
+     * first start may still hold trampolines in their slot: the new start's
+     * watcher must not count those, so it takes a new slot, as upstream. */
+    stacks.code_extra_taken = 1;
     return stacks.code_extra_index;
 }
 
