@@ -359,6 +359,132 @@ class TopFunctionsTest(UsdtScriptTestCase):
         self.assertEqual(values, sorted(values), "not sorted: " + output)
 
 
+# Runs per function of the workload's file, with sys.setprofile() in every
+# thread: {"name:def line": number of 'call' events}, which a generator or
+# coroutine gets at each resumption too.
+SETPROFILE_CALLS_REFERENCE = textwrap.dedent("""\
+    import collections, json, runpy, sys, threading
+    target = sys.argv[1]
+    calls = collections.Counter()
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename == target:
+            calls["%s:%d" % (code.co_name, code.co_firstlineno)] += 1
+    threading.setprofile_all_threads(profile)
+    runpy.run_path(target, run_name="__main__")
+    threading.setprofile_all_threads(None)
+    print(json.dumps(calls))
+""")
+
+
+class LatencyTest(UsdtScriptTestCase):
+    """latency.bt: runs per function as sys.setprofile() counts them, and
+    times that add up: the inclusive time of a function is its exclusive
+    time plus the inclusive time of the Python functions it calls, per
+    thread, with recursion counted once and a suspended generator or
+    coroutine not at all."""
+
+    ENV = {"BPFTRACE_STRLEN": "128", "BPFTRACE_MAP_KEYS_MAX": "65536"}
+    # Seconds each function sleeps, in its own code.
+    SLEEP = {"inner": 0.01, "outer": 0.02, "rec": 0.005, "deep": 0.005}
+    # Seconds the workload sleeps while the generator and the coroutine
+    # are suspended, three times each.
+    SUSPENDED = 0.05
+
+    def test_times_add_up(self):
+        workload = self.write("latency_workload.py", """\
+            import asyncio, threading, time
+
+            def inner():
+                time.sleep(%(inner)r)
+
+            def outer():
+                inner()
+                time.sleep(%(outer)r)
+
+            def rec(n):
+                time.sleep(%(rec)r)
+                if n:
+                    rec(n - 1)
+
+            def gen():
+                for i in range(3):
+                    yield i
+
+            async def coroutine():
+                for i in range(3):
+                    await asyncio.sleep(%(suspended)r)
+
+            def deep(n):
+                time.sleep(%(deep)r)
+                if n:
+                    deep(n - 1)
+
+            def worker():
+                deep(2)
+
+            threads = [threading.Thread(target=worker) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            outer()
+            rec(4)
+            for x in gen():
+                time.sleep(%(suspended)r)
+            asyncio.run(coroutine())
+            for thread in threads:
+                thread.join()
+            """ % dict(self.SLEEP, suspended=self.SUSPENDED))
+        expected = json.loads(self.reference(SETPROFILE_CALLS_REFERENCE,
+                                             workload))
+        self.assertEqual(expected["rec:10"], 5, expected)
+        self.assertEqual(expected["deep:23"], 2 * 3, expected)
+        self.assertEqual(expected["gen:15"], 4, expected)
+        env = dict(os.environ, **self.ENV)
+        output = self.run_script("latency.bt", workload, env=env)
+        self.assertNotIn("map_update_elem", output)
+        self.assertNotIn("latency.bt:", output)
+
+        def ours(entries):
+            return {"%s:%s" % key[1:]: value
+                    for key, value in entries.items() if key[0] == workload}
+        runs = ours(stats_entries(output, "ns"))
+        inclusive = ours(map_entries(output, "inclusive_ns"))
+        exclusive = ours(map_entries(output, "exclusive_ns"))
+        hists = ours(histograms(output, "latency_ns"))
+        self.assertEqual({name: run[0] for name, run in runs.items()},
+                         expected, output)
+        self.assertEqual({name: sum(buckets.values())
+                          for name, buckets in hists.items()},
+                         expected, output)
+        for name, (count, average, total) in runs.items():
+            self.assertEqual(average, total // count, name)
+        # The Python callees of each function (C functions such as
+        # time.sleep count in their caller's own time).
+        callees = {"outer:6": ["inner:3"], "rec:10": [], "inner:3": [],
+                   "gen:15": [], "deep:23": [], "worker:28": ["deep:23"]}
+        for name, called in callees.items():
+            self.assertEqual(inclusive[name],
+                             exclusive[name] + sum(inclusive[callee]
+                                                   for callee in called),
+                             name)
+        # Recursion counted once: the outermost levels hold all the
+        # levels, so their time is the function's own time, and less than
+        # the sum over all levels.
+        for name in ("rec:10", "deep:23"):
+            self.assertLess(inclusive[name], runs[name][2], name)
+        # Each function slept in its own code.
+        for name, calls in (("inner:3", 1), ("outer:6", 1), ("rec:10", 5),
+                            ("deep:23", 6)):
+            self.assertGreaterEqual(
+                exclusive[name],
+                calls * self.SLEEP[name.split(":")[0]] * 1e9, name)
+        # A suspended generator or coroutine is not timed: the workload
+        # slept SUSPENDED three times while each was suspended.
+        for name in ("gen:15", "coroutine:19"):
+            self.assertLess(inclusive[name], 3 * self.SUSPENDED * 1e9,
+                            name)
+
+
 class GcTest(UsdtScriptTestCase):
 
     def test_generations(self):
@@ -1210,14 +1336,16 @@ ADVICE = [os.path.join(TOP, "README.md"),
 PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
                    "top-functions.bt": lambda path: path,
                    "lines.bt": lambda path: path,
-                   "exceptions.bt": lambda path: path}
+                   "exceptions.bt": lambda path: path,
+                   "latency.bt": lambda path: path}
 
 
 # What the scripts that check their string size say they cut.
 NOTICE_WHAT = {"lines.bt": "paths",
                "top-functions.bt": "paths and names",
                "exceptions.bt": "paths and names",
-               "ccalls.bt": "names"}
+               "ccalls.bt": "names",
+               "latency.bt": "paths and names"}
 
 
 def script_strlen(name):
