@@ -20,8 +20,8 @@ Needs root and bpftrace (0.17 tested); runs under any Python 3.
 
 Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
-"root;...;innermost count", for flamegraph.pl.  See "Python stacks" in
-Doc/howto/instrumentation.rst.
+"root;...;innermost count", for python -m usdt.flamegraph.  See "Python
+stacks" in Doc/howto/instrumentation.rst.
 """
 
 import argparse
@@ -817,7 +817,8 @@ def main(argv=None):
                         "e.g. 'args->fd == 1'")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--folded", action="store_true",
-                        help="print folded stacks for flamegraph.pl")
+                        help="print folded stacks, for a flame graph "
+                        "(python -m usdt.flamegraph)")
     output.add_argument("--json", action="store_true",
                         help="print the counts as JSON")
     parser.add_argument("--co-name", action="store_true",
