@@ -1701,8 +1701,10 @@ class HttpRoutesTest(UsdtScriptTestCase):
         """{probe: semaphore} of the server, from python -m usdt list."""
         proc = run([PYTHON, "-m", "usdt", "list", str(pid)])
         self.assertEqual(proc.returncode, 0, proc.stderr)
+        # The first line names the fields.
+        self.assertEqual(proc.stdout.split()[:2], ["PID", "PROVIDER:NAME"])
         return {line.split()[1]: line.split()[2]
-                for line in proc.stdout.splitlines()}, proc.stdout
+                for line in proc.stdout.splitlines()[1:]}, proc.stdout
 
     def test_counts_and_latencies_per_route(self):
         server = start(self, [PYTHON, self.SERVER, "0"],
