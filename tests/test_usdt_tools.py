@@ -24,9 +24,10 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, require_bpftrace,
-                     run, start)
+from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
+                     perf_map_path, require_bpftrace, run, start, stop)
 from test_flamegraph import svg_frames, expected_frames
+from test_stacks import CHAIN, WORKLOAD as STACKS_WORKLOAD, py_frame
 
 # Lines per generated function, and functions: more than 10,000 lines.
 BULK_LINES = 45
@@ -188,6 +189,63 @@ class FrontDoorTest(ToolsTestCase):
                          % (other.pid, shutil.which("sleep")
                             and os.path.realpath(shutil.which("sleep")),
                             os.path.realpath(PYTHON)))
+
+
+class NativeProfileTest(ToolsTestCase):
+    """profile --native: pyprofile.bt with what it needs (the symbol cache,
+    the PID twice) given by the tool, on test_stacks.py's workload (threads
+    calling outer() -> middle() -> leaf())."""
+
+    def test_python_names_in_native_stacks(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("the free-threaded build has no stack trampoline "
+                          "for the marker")
+        workload = start(self, [PYTHON, "-X", "dtrace_stacks",
+                                STACKS_WORKLOAD, "90"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+        pid = workload.pid
+
+        def remove_map():
+            stop(workload)
+            if os.path.exists(perf_map_path(pid)):
+                os.unlink(perf_map_path(pid))
+        self.addCleanup(remove_map)
+        self.assertEqual(workload.stdout.readline(), "ready %d\n" % pid)
+        armed = Semaphore(pid, "stacks__enable").value()
+        if armed:
+            self.skipTest("python:stacks__enable is already armed "
+                          "(semaphore %d)" % armed)
+        folded = os.path.join(self.tmp, "native.folded")
+        svg = os.path.join(self.tmp, "native.svg")
+        proc = self.tools("profile", "--native", "-p", str(pid), "-d", "6",
+                          "-o", folded, "--svg", svg, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(Bpftrace.errors(proc), "")
+        self.assertIsNone(workload.poll())
+        stacks = collections.Counter()
+        with open(folded) as f:
+            for line in f:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                stacks[stack] += int(count)
+        total = sum(stacks.values())
+        self.assertGreater(total, 50, stacks)
+        # Root first: outer() below middle() below leaf(), in the samples
+        # taken once the trampoline was on.
+        full = sum(count for stack, count in stacks.items()
+                   if [py_frame(frame)[0] for frame in stack.split(";")
+                       if frame.startswith("py::")] == CHAIN[::-1])
+        self.assertGreater(full, total // 4, stacks)
+        with open(svg) as f:
+            _, frames = svg_frames(f.read())
+        self.assertEqual({frame["path"]: frame["count"] for frame in frames
+                          if frame["path"]}, dict(expected_frames(stacks)))
+        # -c: refused, pyprofile.bt samples a running process.
+        proc = self.tools("profile", "--native", "-c", "%s -c pass" % PYTHON)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--native samples a running process: give -p PID",
+                      proc.stderr)
 
 
 class ApplicationTest(ToolsTestCase):

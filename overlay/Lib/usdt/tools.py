@@ -344,13 +344,58 @@ def stacks_command(args):
     return status
 
 
+def fold_ustacks(text):
+    """Folded stacks ("root;...;leaf count") of bpftrace's printed
+    @[ustack] counts: the awk program of pyprofile.bt's header."""
+    folded = {}
+    stack = None
+    for line in text.splitlines():
+        if line == "@[":
+            stack = []
+        elif line.startswith("]: ") and stack is not None:
+            key = ";".join(reversed(stack))
+            folded[key] = folded.get(key, 0) + int(line[3:])
+            stack = None
+        elif line.startswith(" ") and stack is not None:
+            stack.append(re.sub(r"\+[0-9]+$", "", line.strip()))
+    return "".join("%s %d\n" % item for item in sorted(folded.items())
+                   if item[0])
+
+
+def native_profile(args):
+    """pyprofile.bt, with the environment and the PID it needs: native
+    stacks, with py:: frames in a process started with -X dtrace_stacks."""
+    if args.pid is None:
+        raise Error("--native samples a running process: give -p PID")
+    bpftrace = shutil.which("bpftrace")
+    if bpftrace is None:
+        raise Error("bpftrace not found (apt-get install bpftrace)")
+    # One symbol table per process: bpftrace 0.17 otherwise reads the
+    # interpreter's symbols again for each stack.
+    env = dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1")
+    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        output = os.path.join(tmp, "output")
+        cmd = [bpftrace, "-q", "-o", output, "-p", str(args.pid),
+               script_path("pyprofile.bt"), args.binary, str(args.pid)]
+        status = run_until_done(cmd, env, args.duration)
+        text = ""
+        if os.path.exists(output):
+            with open(output, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+    return status, fold_ustacks(text)
+
+
 def profile_command(args):
-    if args.pid is not None:
-        where = "pid == %d" % args.pid
+    if args.native:
+        status, text = native_profile(args)
     else:
-        where = "pid == cpid"
-    status, text = run_pystack(args, ["--probe", "profile:hz:%d" % args.hz,
-                                      "--filter", where, "--folded"])
+        if args.pid is not None:
+            where = "pid == %d" % args.pid
+        else:
+            where = "pid == cpid"
+        status, text = run_pystack(args, ["--probe", "profile:hz:%d"
+                                          % args.hz, "--filter", where,
+                                          "--folded"])
     if args.svg:
         from usdt import flamegraph
         stacks = flamegraph.parse_folded(text.splitlines(), "<profile>")
@@ -433,6 +478,10 @@ def main(argv=None):
                              "%(default)s)")
             sub.add_argument("--svg", metavar="FILE",
                              help="also draw the flame graph in FILE")
+            sub.add_argument("--native", action="store_true",
+                             help="native stacks, with the Python functions "
+                             "named (py::) in a process started with -X "
+                             "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
     args = parser.parse_args(argv)
     tool = BY_NAME[args.tool]
     try:
