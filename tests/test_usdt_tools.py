@@ -400,7 +400,8 @@ class ApplicationTest(ToolsTestCase):
         svg = os.path.join(self.tmp, "profile.svg")
         folded = os.path.join(self.tmp, "profile.folded")
         proc = self.tools("profile", "-p", str(app.pid), "-d", "5",
-                          "--svg", svg, "-o", folded, timeout=300)
+                          "--svg", svg, "-o", folded, "-f", "/app/",
+                          timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         stacks = collections.Counter()
         with open(folded) as f:
@@ -408,6 +409,9 @@ class ApplicationTest(ToolsTestCase):
                 stack, _, count = line.rstrip("\n").rpartition(" ")
                 stacks[stack] += int(count)
         self.assertGreater(sum(stacks.values()), 20)
+        # -f: only the stacks through the application's package.
+        self.assertEqual([stack for stack in stacks if "/app/" not in stack],
+                         [])
         # pystack keeps the last 127 bytes of a path, after "...".
         bulk = os.path.join(self.top, "app", "bulk.py")
         self.assertTrue(any(re.search(r"(^|;)run_all \(\.\.\.[^;]*:\d+\)",

@@ -159,6 +159,17 @@ def filter_output(text, needle):
     return "".join(kept)
 
 
+def filter_stacks(text, needle):
+    """The stacks of pystack.py's output that have a frame holding
+    needle: folded lines, or blocks of a count and its frames."""
+    blocks = re.split(r"(?<=\n)\n", text) if "\n\n" in text else None
+    if blocks is None:
+        return "".join(line for line in text.splitlines(keepends=True)
+                       if needle in line.rpartition(" ")[0])
+    return "\n".join(block for block in blocks
+                     if needle in block.partition("\n")[2])
+
+
 def drop_warnings(text):
     """(bpftrace's output without -k's warnings, events dropped)."""
     lines = text.splitlines(keepends=True)
@@ -340,6 +351,8 @@ def stacks_command(args):
     if args.folded:
         options.append("--folded")
     status, text = run_pystack(args, options)
+    if args.filter:
+        text = filter_stacks(text, args.filter)
     write(args, text)
     return status
 
@@ -396,6 +409,8 @@ def profile_command(args):
         status, text = run_pystack(args, ["--probe", "profile:hz:%d"
                                           % args.hz, "--filter", where,
                                           "--folded"])
+    if args.filter:
+        text = filter_stacks(text, args.filter)
     if args.svg:
         from usdt import flamegraph
         stacks = flamegraph.parse_folded(text.splitlines(), "<profile>")
@@ -426,7 +441,8 @@ def add_target(parser, required=True):
                         help="write the results to FILE")
     parser.add_argument("-f", dest="filter", metavar="TEXT",
                         help="only the entries whose key contains TEXT "
-                        "(a module, a file, a function)")
+                        "(a module, a file, a function); for stacks, "
+                        "those with a frame that contains it")
 
 
 def main(argv=None):
