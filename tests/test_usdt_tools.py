@@ -222,7 +222,12 @@ class NativeProfileTest(ToolsTestCase):
         proc = self.tools("profile", "--native", "-p", str(pid), "-d", "6",
                           "-o", folded, "--svg", svg, timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(Bpftrace.errors(proc), "")
+        # bpftrace 0.17 loses the stack of a sample now and then (two
+        # stacks in one slot of its map): the tool counts those samples.
+        self.assertEqual(re.sub(r"(?m)^usdt.tools profile: \d+ samples "
+                                r"without their stack: bpftrace 0.17's "
+                                r"stack map lost them\n", "", proc.stderr),
+                         "")
         self.assertIsNone(workload.poll())
         stacks = collections.Counter()
         with open(folded) as f:

@@ -190,11 +190,16 @@ def drop_warnings(text):
     return "".join(out), dropped
 
 
+# What bpftrace 0.17 says of a sample whose stack its stack map lost (the
+# sample counts in "@[]: N", which the profile tool reports).
+LOST_STACK = b"failed to look up stack id"
+
+
 def forward_stderr(pipe, out):
     """Copy a tracer's stderr to out, but for bpftrace's harmless
-    RLIMIT_MEMLOCK notice."""
+    RLIMIT_MEMLOCK notice and its lost stacks."""
     for line in iter(pipe.readline, b""):
-        if b"RLIMIT_MEMLOCK" not in line:
+        if b"RLIMIT_MEMLOCK" not in line and LOST_STACK not in line:
             out.write(line)
             out.flush()
 
@@ -358,12 +363,16 @@ def stacks_command(args):
 
 
 def fold_ustacks(text):
-    """Folded stacks ("root;...;leaf count") of bpftrace's printed
-    @[ustack] counts: the awk program of pyprofile.bt's header."""
+    """(folded stacks, "root;...;leaf count" lines, of bpftrace's printed
+    @[ustack] counts, as the awk program of pyprofile.bt's header folds
+    them; the samples whose stack bpftrace lost, "@[]: N")."""
     folded = {}
     stack = None
+    lost = 0
     for line in text.splitlines():
-        if line == "@[":
+        if line.startswith("@[]: "):
+            lost += int(line[5:])
+        elif line == "@[":
             stack = []
         elif line.startswith("]: ") and stack is not None:
             key = ";".join(reversed(stack))
@@ -372,7 +381,7 @@ def fold_ustacks(text):
         elif line.startswith(" ") and stack is not None:
             stack.append(re.sub(r"\+[0-9]+$", "", line.strip()))
     return "".join("%s %d\n" % item for item in sorted(folded.items())
-                   if item[0])
+                   if item[0]), lost
 
 
 def native_profile(args):
@@ -395,7 +404,12 @@ def native_profile(args):
         if os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
-    return status, fold_ustacks(text)
+    folded, lost = fold_ustacks(text)
+    if lost:
+        sys.stderr.write("usdt.tools profile: %d samples without their "
+                         "stack: bpftrace 0.17's stack map lost them\n"
+                         % lost)
+    return status, folded
 
 
 def profile_command(args):
