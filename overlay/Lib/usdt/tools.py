@@ -15,9 +15,12 @@ The tools are the bpftrace scripts of Tools/usdt, installed next to this
 module, run with the limits each one needs (BPFTRACE_STRLEN,
 BPFTRACE_MAP_KEYS_MAX) and bpftrace -k: when a map is full anyway, the
 number of events dropped is said on standard error.  bpftrace's harmless
-"couldn't set RLIMIT_MEMLOCK" line is not shown.  Ctrl-C, or the end of
--d, stops tracing and prints the results; bpftrace 0.17 can miss a
-SIGINT, so it gets one every second until it has printed.  A PID that
+"couldn't set RLIMIT_MEMLOCK" line is not shown.  With -p, a line on
+standard error says when the probes are attached; -d counts from then.
+Ctrl-C, or the end of -d, stops tracing and prints the results: bpftrace
+0.17 loses a SIGINT sent before it has attached, and can miss one after,
+so it gets its first once attached, then one every second until it has
+printed.  A PID that
 does not run this interpreter is refused, with what it runs instead.
 Needs root and bpftrace.
 """
@@ -41,12 +44,16 @@ class Tool:
     """One question, and the script that answers it."""
 
     def __init__(self, name, question, script=None, strlen=None,
-                 keys=None):
+                 keys=None, watched=False):
         self.name = name
         self.question = question
         self.script = script
         self.strlen = strlen
         self.keys = keys
+        # Its markers (function, line, C function, exception) fire in a
+        # running process only once the interpreter's watcher thread has
+        # seen them armed: within a second.
+        self.watched = watched
 
 
 # In the order --help lists them.  strlen and keys: what the script's
@@ -54,16 +61,16 @@ class Tool:
 # that many keys).
 TOOLS = [
     Tool("calls", "Which Python functions are called most often?",
-         "top-functions.bt", 160, 65536),
+         "top-functions.bt", 160, 65536, watched=True),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
          "and exclusive wall time, latency histograms", "latency.bt",
-         128, 65536),
+         128, 65536, watched=True),
     Tool("lines", "Which lines of Python code run, how often?",
-         "lines.bt", 200, 131072),
+         "lines.bt", 200, 131072, watched=True),
     Tool("exceptions", "Which exceptions are raised, re-raised and "
-         "handled, and where?", "exceptions.bt", 160, 16384),
+         "handled, and where?", "exceptions.bt", 160, 16384, watched=True),
     Tool("ccalls", "Which C functions does Python code call, and how "
-         "long do they take?", "ccalls.bt", 160, 16384),
+         "long do they take?", "ccalls.bt", 160, 16384, watched=True),
     Tool("gc", "How often does the garbage collector run, and how long "
          "does it take?", "gc.bt"),
     Tool("imports", "Which imports are slow, and which fail?",
@@ -221,24 +228,81 @@ def forward_stdout(pipe, out):
     out.flush()
 
 
-def run_until_done(cmd, env, seconds):
+def collect_stdout(pipe, lines, seen):
+    """Keep bpftrace's output lines in *lines*, and set the event *seen*
+    when the line ATTACHED comes."""
+    for line in iter(pipe.readline, b""):
+        text = line.decode("utf-8", "replace")
+        if text.rstrip("\n") == ATTACHED:
+            seen.set()
+        else:
+            lines.append(text)
+
+
+# Seconds from attaching until the watched markers fire: the watcher
+# thread's poll (once a second), and a margin for the interpreter's threads
+# to notice its request.
+WATCHER_DELAY = 1.5
+
+
+def run_until_done(cmd, env, seconds, capture=False, announce=None,
+                   delay=0):
     """Run cmd; SIGINT it at the end of *seconds* or at Ctrl-C (and every
     second after, since bpftrace 0.17 can miss one) until it exits.
-    Returns its exit status."""
+    Returns (its exit status, its output if *capture*, else "").
+
+    With *capture*, cmd is a bpftrace program that prints ATTACHED once
+    its probes are attached, on its standard output (a pipe, unbuffered
+    with -B none; bpftrace 0.17 writes -o's file in blocks): the seconds
+    count from then, and no SIGINT is sent before (bpftrace 0.17 loses a
+    SIGINT that comes before it has attached; a Ctrl-C then waits), and
+    *announce*, a text, goes to standard error then: *delay* seconds
+    after it has attached."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+    lines = []
+    seen = threading.Event()
+    since = []
     copiers = [threading.Thread(target=forward_stderr,
-                                args=(proc.stderr, sys.stderr.buffer)),
-               threading.Thread(target=forward_stdout,
-                                args=(proc.stdout, sys.stdout.buffer))]
+                                args=(proc.stderr, sys.stderr.buffer))]
+    if capture:
+        copiers.append(threading.Thread(target=collect_stdout,
+                                        args=(proc.stdout, lines, seen)))
+
+        def attached():
+            if not seen.is_set():
+                return False
+            if not since:
+                since.append(time.monotonic())
+            return time.monotonic() >= since[0] + delay
+    else:
+        copiers.append(threading.Thread(target=forward_stdout,
+                                        args=(proc.stdout,
+                                              sys.stdout.buffer)))
+        attached = None
     for copier in copiers:
         copier.start()
-    deadline = None if seconds is None else time.monotonic() + seconds
-    stopping = False
+    ready = attached is None
+    deadline = None
+    if ready and seconds is not None:
+        deadline = time.monotonic() + seconds
+    stopping = interrupted = False
     try:
         while True:
             try:
-                if stopping:
+                if not ready and attached():
+                    ready = True
+                    if announce:
+                        sys.stderr.write(announce)
+                        sys.stderr.flush()
+                    if seconds is not None:
+                        deadline = time.monotonic() + seconds
+                    if interrupted:
+                        stopping = True
+                        proc.send_signal(signal.SIGINT)
+                if not ready:
+                    timeout = 0.05
+                elif stopping:
                     timeout = 1
                 elif deadline is None:
                     timeout = None
@@ -247,11 +311,14 @@ def run_until_done(cmd, env, seconds):
                 proc.wait(timeout=timeout)
                 break
             except subprocess.TimeoutExpired:
-                stopping = True
-                proc.send_signal(signal.SIGINT)
+                if ready and (stopping or deadline is not None
+                              and time.monotonic() >= deadline):
+                    stopping = True
+                    proc.send_signal(signal.SIGINT)
             except KeyboardInterrupt:
-                stopping = True
-                if proc.poll() is None:
+                interrupted = True
+                if ready and proc.poll() is None:
+                    stopping = True
                     proc.send_signal(signal.SIGINT)
     finally:
         if proc.poll() is None:
@@ -261,7 +328,20 @@ def run_until_done(cmd, env, seconds):
             copier.join()
         proc.stdout.close()
         proc.stderr.close()
-    return proc.returncode
+    return proc.returncode, "".join(lines)
+
+
+# Appended to a script: bpftrace attaches probes in the order of the
+# program (BEGIN runs before any), so this one prints once the script's
+# own are attached.
+ATTACHED = "usdt.tools: attached"
+ATTACHED_PROBE = """
+interval:ms:20 /@usdt_tools_attached == 0/
+{
+	@usdt_tools_attached = 1;
+	printf("%s\\n");
+}
+""" % ATTACHED
 
 
 def target_args(args):
@@ -282,14 +362,31 @@ def run_script(tool, args, extra):
         env["BPFTRACE_MAP_KEYS_MAX"] = str(keys)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
-        cmd = [bpftrace, "-k", "-q", "-o", output,
-               script_path(tool.script), args.binary, *extra,
-               *target_args(args)]
-        status = run_until_done(cmd, env, args.duration)
-        text = ""
-        if os.path.exists(output):
+        if args.pid is not None:
+            # Its output on a pipe, to see when it has attached.
+            program = os.path.join(tmp, tool.script)
+            with open(script_path(tool.script)) as f:
+                text = f.read()
+            with open(program, "w") as f:
+                f.write(text + ATTACHED_PROBE)
+            cmd = [bpftrace, "-k", "-q", "-B", "none", program, args.binary,
+                   *extra, "-p", str(args.pid)]
+        else:
+            # Its output in a file: standard output is the command's.
+            # bpftrace starts the command once it has attached.
+            cmd = [bpftrace, "-k", "-q", "-o", output,
+                   script_path(tool.script), args.binary, *extra,
+                   "-c", args.command]
+        status, text = run_until_done(
+            cmd, env, args.duration, capture=args.pid is not None,
+            announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
+            "the results\n" % (tool.name, args.pid),
+            delay=WATCHER_DELAY if tool.watched else 0)
+        if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
+    text = "".join(line for line in text.splitlines(keepends=True)
+                   if line.rstrip("\n") != "@usdt_tools_attached: 1")
     text, dropped = drop_warnings(text)
     # bpftrace 0.17 ends its output with empty lines.
     text = text.strip("\n") + "\n" if text.strip() else ""
@@ -399,7 +496,7 @@ def native_profile(args):
         output = os.path.join(tmp, "output")
         cmd = [bpftrace, "-q", "-o", output, "-p", str(args.pid),
                script_path("pyprofile.bt"), args.binary, str(args.pid)]
-        status = run_until_done(cmd, env, args.duration)
+        status, _ = run_until_done(cmd, env, args.duration)
         text = ""
         if os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
