@@ -302,6 +302,79 @@ class PystackTest(unittest.TestCase):
         self.assertTrue(filename.startswith("..."), filename)
         self.assertEqual(self.ending_like(found, expected), expected)
 
+    def test_frames_without_line_are_kept(self):
+        # A hit whose frame has no decoded line (more location-table
+        # entries than --max-entries) is counted and printed next to the
+        # same stack with the line: the two sort together, and None does
+        # not compare with an int.  The records come from a real trace
+        # (--save), and the same hit again under another key, without the
+        # record of its second frame's line; --read counts both.  The
+        # records go to a temporary file that the tool removes once it
+        # has counted them.
+        workload = self.workload(COLLECTIONS)
+        expected_path = os.path.join(self.tmp, "expected.json")
+        records = os.path.join(self.tmp, "records")
+        temporary = os.path.join(self.tmp, "tmpdir")
+        os.mkdir(temporary)
+        command = [PYTHON, workload, expected_path]
+        proc = run([TOOL_PYTHON, TOOL, "--probe",
+                    "usdt:PYTHON:python:gc__start", "--json", "--save",
+                    records, "-c", " ".join(command)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(expected_path) as f:
+            expected = self.expect(json.load(f))
+        # Objects.churn's collection: one hit, three frames deep.
+        churn = [stack for stack in expected
+                 if len(stack) > 1 and stack[1][0] == "Objects.churn"]
+        self.assertEqual(len(churn), 1, expected)
+        churn = churn[0]
+        self.assertEqual(expected[churn], 1)
+        with open(records) as f:
+            lines = f.readlines()
+        hits = collections.defaultdict(list)
+        for line in lines:
+            if line.startswith("PYSTACK "):
+                fields = line.split(" ")
+                hits[(fields[2], fields[3])].append(fields)
+        keys = [key for key, fields in hits.items()
+                if any(f[1] == "S" and f[4] == "1" and f[5] == "0" and
+                       f[7].rstrip("\n") == "Objects.churn"
+                       for f in fields if len(f) > 7)]
+        self.assertEqual(len(keys), 1, keys)
+        copy = []
+        for fields in hits[keys[0]]:
+            if fields[1] == "L" and fields[4] == "1":
+                continue
+            fields = list(fields)
+            fields[3] = "1" + fields[3]
+            copy.append(" ".join(fields))
+        self.assertNotEqual(len(copy), len(hits[keys[0]]))
+        with open(records, "a") as f:
+            f.writelines(copy)
+        without_line = tuple(frame if depth != 1 else frame[:2] + (None,)
+                             for depth, frame in enumerate(churn))
+        for options in (["--json"], []):
+            proc = run([TOOL_PYTHON, TOOL, "--read", records, *options])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            if options:
+                found = collections.Counter()
+                for row in json.loads(proc.stdout):
+                    found[tuple((f["name"], f["filename"], f["line"])
+                                for f in row["frames"])] = row["count"]
+                self.assertEqual(found[churn], 1, proc.stdout)
+                self.assertEqual(found[without_line], 1, proc.stdout)
+            else:
+                text = "    %s (%s:?)\n" % without_line[1][:2]
+                self.assertEqual(proc.stdout.count(text), 1, proc.stdout)
+        # Without --save: no records left behind after counting.
+        proc = run([TOOL_PYTHON, TOOL, "--probe",
+                    "usdt:PYTHON:python:gc__start", "--json",
+                    "-c", " ".join(command)], timeout=300,
+                   env=dict(os.environ, TMPDIR=temporary))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(os.listdir(temporary), [])
+
     def test_gil_waits(self):
         # The thread that takes the GIL back after time.sleep(); the
         # gil__take__start marker where the build has it, else a uprobe

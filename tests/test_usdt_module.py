@@ -503,8 +503,9 @@ class OrphanTest(TracerTest):
         self.assertEqual(proc.wait(timeout=TIMEOUT), 0)
         listed = run([PYTHON, "-m", "usdt", "list", str(child)])
         self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual(listed.stdout.splitlines()[0], LIST_HEADER)
         paths = {line.split()[1]: line.split()[3]
-                 for line in listed.stdout.splitlines()}
+                 for line in listed.stdout.splitlines()[1:]}
         self.assertEqual(sorted(paths), ["orphantest:sync", "orphantest:tick"])
         for path in paths.values():
             self.assertTrue(path.startswith("/proc/%d/map_files/" % child),
@@ -563,7 +564,8 @@ class ManyProbesTest(TracerTest):
 
         listed = run([PYTHON, "-m", "usdt", "list", str(agent.pid)])
         self.assertEqual(listed.returncode, 0, listed.stderr)
-        names = [line.split()[1] for line in listed.stdout.splitlines()]
+        self.assertEqual(listed.stdout.splitlines()[0], LIST_HEADER)
+        names = [line.split()[1] for line in listed.stdout.splitlines()[1:]]
         self.assertEqual(len(names), 201, listed.stdout)
         self.assertEqual(set(names), {"prov%d:probe%d" % (n % 20, n // 20)
                                       for n in range(200)} | {"prov7:done"})
@@ -876,12 +878,14 @@ class ModuleTest(unittest.TestCase):
         def listing(*args):
             proc = run([PYTHON, "-m", "usdt", "list", *args])
             self.assertEqual(proc.returncode, 0, proc.stderr)
+            lines = proc.stdout.splitlines()
+            self.assertEqual(lines[0], LIST_HEADER)
             if os.geteuid() != 0:
                 # Reading another process's memory (the semaphores) may
                 # need root: then they show as "?".
                 return [re.sub(r"^(\d+ \S+) \? ", r"\1 0 ", line)
-                        for line in proc.stdout.splitlines()]
-            return proc.stdout.splitlines()
+                        for line in lines[1:]]
+            return lines[1:]
 
         self.assertEqual(listing(str(a.pid)), [
             "%d listtest:handle__entry 0 %s" % (a.pid, paths[1]),
@@ -895,6 +899,14 @@ class ModuleTest(unittest.TestCase):
         self.assertTrue(any(line.startswith("%d python:function__entry "
                                             % a.pid)
                             for line in listing("--all", str(a.pid))))
+        # A process without usdt module probes: said so, and no header.
+        plain = start(self, [PYTHON, "-c", "import sys; sys.stdin.read()"],
+                      stdin=subprocess.PIPE)
+        proc = run([PYTHON, "-m", "usdt", "list", str(plain.pid)])
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""))
+        self.assertEqual(proc.stderr, "usdt list: process %d has no probes "
+                         "defined with the usdt module (--all lists the "
+                         "others)\n" % plain.pid)
         # No such process; not a PID.
         proc = run([PYTHON, "-m", "usdt", "list", "999999999"])
         self.assertEqual((proc.returncode, proc.stdout), (1, ""))
@@ -902,6 +914,10 @@ class ModuleTest(unittest.TestCase):
         proc = run([PYTHON, "-m", "usdt", "list", "nope"])
         self.assertEqual(proc.returncode, 2)
         self.assertIn("invalid int value: 'nope'", proc.stderr)
+
+
+# The first line of python -m usdt list's output.
+LIST_HEADER = "PID PROVIDER:NAME SEMAPHORE PATH ARGUMENTS"
 
 
 def start_time(pid):

@@ -359,6 +359,132 @@ class TopFunctionsTest(UsdtScriptTestCase):
         self.assertEqual(values, sorted(values), "not sorted: " + output)
 
 
+# Runs per function of the workload's file, with sys.setprofile() in every
+# thread: {"name:def line": number of 'call' events}, which a generator or
+# coroutine gets at each resumption too.
+SETPROFILE_CALLS_REFERENCE = textwrap.dedent("""\
+    import collections, json, runpy, sys, threading
+    target = sys.argv[1]
+    calls = collections.Counter()
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename == target:
+            calls["%s:%d" % (code.co_name, code.co_firstlineno)] += 1
+    threading.setprofile_all_threads(profile)
+    runpy.run_path(target, run_name="__main__")
+    threading.setprofile_all_threads(None)
+    print(json.dumps(calls))
+""")
+
+
+class LatencyTest(UsdtScriptTestCase):
+    """latency.bt: runs per function as sys.setprofile() counts them, and
+    times that add up: the inclusive time of a function is its exclusive
+    time plus the inclusive time of the Python functions it calls, per
+    thread, with recursion counted once and a suspended generator or
+    coroutine not at all."""
+
+    ENV = {"BPFTRACE_STRLEN": "128", "BPFTRACE_MAP_KEYS_MAX": "65536"}
+    # Seconds each function sleeps, in its own code.
+    SLEEP = {"inner": 0.01, "outer": 0.02, "rec": 0.005, "deep": 0.005}
+    # Seconds the workload sleeps while the generator and the coroutine
+    # are suspended, three times each.
+    SUSPENDED = 0.05
+
+    def test_times_add_up(self):
+        workload = self.write("latency_workload.py", """\
+            import asyncio, threading, time
+
+            def inner():
+                time.sleep(%(inner)r)
+
+            def outer():
+                inner()
+                time.sleep(%(outer)r)
+
+            def rec(n):
+                time.sleep(%(rec)r)
+                if n:
+                    rec(n - 1)
+
+            def gen():
+                for i in range(3):
+                    yield i
+
+            async def coroutine():
+                for i in range(3):
+                    await asyncio.sleep(%(suspended)r)
+
+            def deep(n):
+                time.sleep(%(deep)r)
+                if n:
+                    deep(n - 1)
+
+            def worker():
+                deep(2)
+
+            threads = [threading.Thread(target=worker) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            outer()
+            rec(4)
+            for x in gen():
+                time.sleep(%(suspended)r)
+            asyncio.run(coroutine())
+            for thread in threads:
+                thread.join()
+            """ % dict(self.SLEEP, suspended=self.SUSPENDED))
+        expected = json.loads(self.reference(SETPROFILE_CALLS_REFERENCE,
+                                             workload))
+        self.assertEqual(expected["rec:10"], 5, expected)
+        self.assertEqual(expected["deep:23"], 2 * 3, expected)
+        self.assertEqual(expected["gen:15"], 4, expected)
+        env = dict(os.environ, **self.ENV)
+        output = self.run_script("latency.bt", workload, env=env)
+        self.assertNotIn("map_update_elem", output)
+        self.assertNotIn("latency.bt:", output)
+
+        def ours(entries):
+            return {"%s:%s" % key[1:]: value
+                    for key, value in entries.items() if key[0] == workload}
+        runs = ours(stats_entries(output, "ns"))
+        inclusive = ours(map_entries(output, "inclusive_ns"))
+        exclusive = ours(map_entries(output, "exclusive_ns"))
+        hists = ours(histograms(output, "latency_ns"))
+        self.assertEqual({name: run[0] for name, run in runs.items()},
+                         expected, output)
+        self.assertEqual({name: sum(buckets.values())
+                          for name, buckets in hists.items()},
+                         expected, output)
+        for name, (count, average, total) in runs.items():
+            self.assertEqual(average, total // count, name)
+        # The Python callees of each function (C functions such as
+        # time.sleep count in their caller's own time).
+        callees = {"outer:6": ["inner:3"], "rec:10": [], "inner:3": [],
+                   "gen:15": [], "deep:23": [], "worker:28": ["deep:23"]}
+        for name, called in callees.items():
+            self.assertEqual(inclusive[name],
+                             exclusive[name] + sum(inclusive[callee]
+                                                   for callee in called),
+                             name)
+        # Recursion counted once: the outermost levels hold all the
+        # levels, so their time is the function's own time, and less than
+        # the sum over all levels.
+        for name in ("rec:10", "deep:23"):
+            self.assertLess(inclusive[name], runs[name][2], name)
+        # Each function slept in its own code.
+        for name, calls in (("inner:3", 1), ("outer:6", 1), ("rec:10", 5),
+                            ("deep:23", 6)):
+            self.assertGreaterEqual(
+                exclusive[name],
+                calls * self.SLEEP[name.split(":")[0]] * 1e9, name)
+        # A suspended generator or coroutine is not timed: the workload
+        # slept SUSPENDED three times while each was suspended.
+        for name in ("gen:15", "coroutine:19"):
+            self.assertLess(inclusive[name], 3 * self.SUSPENDED * 1e9,
+                            name)
+
+
 class GcTest(UsdtScriptTestCase):
 
     def test_generations(self):
@@ -444,6 +570,121 @@ class LinesTest(UsdtScriptTestCase):
                in map_entries(output, "lines").items()
                if key[0] == workload}
         self.assertEqual(got, expected, output)
+
+
+# Line counts per file of the workload's directory, with sys.settrace().
+SETTRACE_FILES_REFERENCE = textwrap.dedent("""\
+    import collections, json, os, runpy, sys
+    target = sys.argv[1]
+    top = os.path.dirname(target)
+    counts = collections.defaultdict(collections.Counter)
+    def trace(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(top + os.sep):
+            return None
+        if event == "line":
+            counts[frame.f_code.co_filename][frame.f_lineno] += 1
+        return trace
+    sys.settrace(trace)
+    runpy.run_path(target, run_name="__main__")
+    sys.settrace(None)
+    print(json.dumps(counts))
+""")
+
+# Modules of LinesLongPathsTest: the same code, different counts.
+LONG_PATH_MODULE = """\
+def work(n):
+    total = 0
+    for i in range(n):
+        if i % 3:
+            total += i
+    return total
+"""
+
+
+class LinesLongPathsTest(UsdtScriptTestCase):
+    """lines.bt with the limits its header asks for, on an application
+    installed under a path of more than 150 bytes, with two modules whose
+    paths share their first 180 bytes: no file merges with another, and
+    no line is dropped, compared with sys.settrace(); with a map too small,
+    bpftrace -k says how many line events it dropped (one warning each, or
+    "Lost N events" for the warnings it could not print)."""
+
+    ENV = {"BPFTRACE_STRLEN": "200", "BPFTRACE_MAP_KEYS_MAX": "131072",
+           "PYTHONHASHSEED": "0"}
+
+    def application(self):
+        top = self.tmp
+        while len(top) < 150:
+            top = os.path.join(top, "site-packages-%d" % len(top))
+        os.makedirs(top)
+        prefix = os.path.join(top, "common_prefix_of_two_modules_")
+        names = {}
+        for name in ("alpha", "betaa"):
+            with open(prefix + name + ".py", "w") as f:
+                f.write(LONG_PATH_MODULE)
+            names[name] = prefix + name + ".py"
+        self.assertEqual(os.path.commonprefix(list(names.values())),
+                         prefix)
+        self.assertGreaterEqual(len(prefix), 180)
+        self.assertLess(max(len(path) for path in names.values()), 200)
+        main = os.path.join(top, "main.py")
+        with open(main, "w") as f:
+            f.write(textwrap.dedent("""\
+                import os, sys
+                sys.path.insert(0, os.path.dirname(__file__))
+                import common_prefix_of_two_modules_alpha as alpha
+                import common_prefix_of_two_modules_betaa as betaa
+                alpha.work(10)
+                betaa.work(7)
+                betaa.work(5)
+                """))
+        return main
+
+    def test_files_kept_apart_match_settrace(self):
+        main = self.application()
+        expected = json.loads(self.reference(SETTRACE_FILES_REFERENCE, main))
+        self.assertEqual(len(expected), 3, expected)
+        env = dict(os.environ, **self.ENV)
+        proc = run(["bpftrace", "-k", "-q", "-c", "%s %s" % (PYTHON, main),
+                    script_path("lines.bt"), PYTHON], env=env, timeout=180)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertNotIn("map_update_elem", proc.stdout)
+        self.assertNotIn("Lost", proc.stdout)
+        self.assertNotIn("lines.bt:", proc.stdout)
+        got = collections.defaultdict(dict)
+        for key, value in map_entries(proc.stdout, "lines").items():
+            if key[0].startswith(os.path.dirname(main)):
+                got[key[0]][key[1]] = value
+        self.assertEqual(got, expected, proc.stdout)
+
+    def test_dropped_events_counted(self):
+        # The same run with room for 256 lines: bpftrace -k warns once per
+        # line event it drops, and the lines kept plus those dropped are
+        # all the line events of the run with room for all.
+        main = self.application()
+        counts = {}
+        for keys in ("131072", "256"):
+            env = dict(os.environ, **self.ENV)
+            env["BPFTRACE_MAP_KEYS_MAX"] = keys
+            proc = run(["bpftrace", "-k", "-q", "-c",
+                        "%s %s" % (PYTHON, main), script_path("lines.bt"),
+                        PYTHON], env=env, timeout=180)
+            self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+            entries = map_entries(proc.stdout, "lines")
+            # bpftrace 0.17 prints -k's warnings on its output, through the
+            # same buffers as printf(): those it cannot keep up with, it
+            # counts as lost events.
+            dropped = proc.stdout.count(
+                "WARNING: Failed to map_update_elem: Argument list too long")
+            dropped += sum(int(n) for n in re.findall(
+                r"(?m)^Lost (\d+) events$", proc.stdout))
+            counts[keys] = (len(entries), sum(entries.values()), dropped)
+        self.assertEqual(counts["131072"][2], 0, counts)
+        self.assertGreater(counts["131072"][0], 256, counts)
+        self.assertEqual(counts["256"][0], 256, counts)
+        self.assertGreater(counts["256"][2], 0, counts)
+        self.assertEqual(counts["256"][1] + counts["256"][2],
+                         counts["131072"][1], counts)
 
 
 class InstancesTest(UsdtScriptTestCase):
@@ -1095,41 +1336,87 @@ ADVICE = [os.path.join(TOP, "README.md"),
 PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
                    "top-functions.bt": lambda path: path,
                    "lines.bt": lambda path: path,
-                   "exceptions.bt": lambda path: path}
+                   "exceptions.bt": lambda path: path,
+                   "latency.bt": lambda path: path}
+
+
+# What the scripts that check their string size say they cut.
+NOTICE_WHAT = {"lines.bt": "paths",
+               "top-functions.bt": "paths and names",
+               "exceptions.bt": "paths and names",
+               "ccalls.bt": "names",
+               "latency.bt": "paths and names"}
+
+
+def script_strlen(name):
+    """The BPFTRACE_STRLEN that script *name* needs, which its BEGIN
+    compares with sizeof(str(0)) to say so when it starts with less; None
+    for a script without that check."""
+    with open(script_path(name)) as f:
+        found = re.search(r"sizeof\(str\(0\)\) < (\d+)", f.read())
+    return int(found.group(1)) if found else None
 
 
 def documented_strlens():
-    """{BPFTRACE_STRLEN value: [files]} for each BPFTRACE_STRLEN=N shown."""
+    """{BPFTRACE_STRLEN value: {file: scripts}} for each BPFTRACE_STRLEN=N
+    shown: in a script, for that script; in a command of the README or the
+    howto, for the .bt scripts that the command names (up to its first
+    empty line), or for every script (None) when it names none."""
     files = ADVICE + sorted(script_path(name) for name in os.listdir(USDT))
     values = {}
     for path in files:
         if not os.path.exists(path):
             continue
         with open(path) as f:
-            for match in re.finditer(r"\bBPFTRACE_STRLEN=(\d+)", f.read()):
-                values.setdefault(int(match.group(1)), []).append(
-                    os.path.relpath(path, TOP))
+            text = f.read()
+        for match in re.finditer(r"\bBPFTRACE_STRLEN=(\d+)", text):
+            if text[:match.start()].endswith("``"):
+                continue        # in the howto's prose, not a command
+            if path.endswith(".bt"):
+                scripts = {os.path.basename(path)}
+            else:
+                command = text[match.end():].split("\n\n", 1)[0]
+                scripts = set(os.path.basename(name) for name in
+                              re.findall(r"[\w/.-]+\.bt\b", command)) or None
+            where = values.setdefault(int(match.group(1)), {})
+            relative = os.path.relpath(path, TOP)
+            if relative in where and where[relative] is not None:
+                where[relative] = (None if scripts is None
+                                   else where[relative] | scripts)
+            else:
+                where.setdefault(relative, scripts)
     return values
 
 
 class StrlenAdviceTest(UsdtScriptTestCase):
-    """Every BPFTRACE_STRLEN the docs show works with every bpftrace script.
+    """Every BPFTRACE_STRLEN the docs show works with the scripts it is
+    shown for, and the scripts say when they start with less than they
+    need.
 
     bpftrace keeps strings on the 512-byte BPF stack, so a value that suits
     one script can make another fail to load.  Each value runs with each
-    script of Tools/usdt on a workload whose file name is longer than any
-    value, so that the output also shows where the name is cut.
+    script of Tools/usdt that it is shown for, and bpftrace's default with
+    every script, on a workload whose file name is longer than any value,
+    so that the output also shows where the name is cut.
     """
 
-    def test_documented_values_load_in_every_script(self):
+    def test_documented_values_load(self):
         documented = documented_strlens()
-        # The advice exists: the howto and top-functions.bt give a value.
+        # The advice exists: the howto and the scripts give values.
         self.assertTrue(documented, "no BPFTRACE_STRLEN=N in %s" % ADVICE)
         # pyprofile.bt keeps no strings, and takes a running process's PID
         # (-p), not a -c command: PyprofileTest runs it.
         scripts = sorted(name for name in os.listdir(USDT)
                          if name.endswith(".bt") and name != "pyprofile.bt")
         self.assertTrue(set(PRINTS_FILENAME) <= set(scripts), scripts)
+        # A script that checks its string size shows the value it checks
+        # for in its own header.
+        for script in scripts:
+            need = script_strlen(script)
+            if need is not None:
+                self.assertIn(os.path.join("overlay", "Tools", "usdt",
+                                           script),
+                              documented.get(need, {}), script)
         # bpftrace accepts at most 200: a longer base name
         # Something for every script: calls, C calls, an exception, an
         # asyncio task, a thread, a collection.
@@ -1160,15 +1447,21 @@ class StrlenAdviceTest(UsdtScriptTestCase):
             """)
         default_env = dict(os.environ)
         default_env.pop("BPFTRACE_STRLEN", None)
-        # None: bpftrace's default (64)
-        for value in [None, *sorted(documented)]:
+        # None: bpftrace's default (64), for every script
+        runs = {None: {"bpftrace's default": None}, **documented}
+        for value, where in sorted(runs.items(),
+                                   key=lambda item: item[0] or 0):
             env = dict(default_env)
             if value is not None:
                 env["BPFTRACE_STRLEN"] = str(value)
             kept = (64 if value is None else value) - 1
-            for script in scripts:
+            shown_for = set()
+            for names in where.values():
+                shown_for |= set(scripts) if names is None else names
+            for script in sorted(shown_for):
                 with self.subTest(BPFTRACE_STRLEN=value, script=script,
-                                  documented_in=documented.get(value)):
+                                  documented_in=sorted(where)):
+                    self.assertIn(script, scripts)
                     output = self.run_script(script, workload, env=env)
                     self.assertTrue(output.strip(), "no output")
                     shown = PRINTS_FILENAME.get(script)
@@ -1177,6 +1470,16 @@ class StrlenAdviceTest(UsdtScriptTestCase):
                         self.assertGreater(len(name), kept)
                         self.assertIn(name[:kept], output)
                         self.assertNotIn(name[:kept + 1], output)
+                    need = script_strlen(script)
+                    notice = "%s: " % script
+                    if need is not None and kept + 1 < need:
+                        self.assertEqual(
+                            output.splitlines()[0],
+                            "%s: %s cut to %d bytes (BPFTRACE_STRLEN=%d "
+                            "keeps %d)" % (script, NOTICE_WHAT[script],
+                                           kept, need, need - 1), output)
+                    else:
+                        self.assertNotIn(notice, output)
 
 
 class PyprofileTest(UsdtScriptTestCase):
@@ -1398,8 +1701,10 @@ class HttpRoutesTest(UsdtScriptTestCase):
         """{probe: semaphore} of the server, from python -m usdt list."""
         proc = run([PYTHON, "-m", "usdt", "list", str(pid)])
         self.assertEqual(proc.returncode, 0, proc.stderr)
+        # The first line names the fields.
+        self.assertEqual(proc.stdout.split()[:2], ["PID", "PROVIDER:NAME"])
         return {line.split()[1]: line.split()[2]
-                for line in proc.stdout.splitlines()}, proc.stdout
+                for line in proc.stdout.splitlines()[1:]}, proc.stdout
 
     def test_counts_and_latencies_per_route(self):
         server = start(self, [PYTHON, self.SERVER, "0"],

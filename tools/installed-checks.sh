@@ -95,6 +95,28 @@ expect_100_hits() {
     esac
 }
 
+# expect_tools_calls PYTHON SCRIPT: python -m usdt.tools calls, with the
+# ready scripts installed next to it, counts the 100 calls of f in SCRIPT;
+# or skip for a reason bpftrace gave (fail under CI or REQUIRE_TRACER).
+# Static builds only: bpftrace 0.17's -c cannot find the probes of a
+# libpython that the child has not loaded yet.
+expect_tools_calls() {
+    local py=$1 script=$2 out
+    [ -f "$("$py" -c 'import os, usdt; print(os.path.dirname(usdt.__file__))')/top-functions.bt" ] ||
+        die "top-functions.bt is not installed next to usdt.tools"
+    if ! command -v bpftrace > /dev/null; then
+        skip_tracer "usdt.tools: bpftrace not found"
+        return
+    fi
+    out=$("$py" -m usdt.tools calls -c "$py $script" 2>&1)
+    case $out in
+        *"@calls[$script, f, 1]: 100"*) log "python3 -m usdt.tools calls: f() called 100 times" ;;
+        *"Operation not permitted"*|*"Could not"*|*"Error attaching"*)
+            skip_tracer "usdt.tools: bpftrace: $(printf '%s' "$out" | head -n 3)" ;;
+        *) die "python3 -m usdt.tools calls did not count 100 calls of f: $out" ;;
+    esac
+}
+
 # libpython_of BINARY: the libpython that BINARY loads, as ldd finds it.
 libpython_of() {
     ldd "$1" | sed -n 's/^\s*libpython[^ ]* => \([^ ]*\) .*/\1/p'
@@ -235,6 +257,7 @@ EOF
     binary=$(readlink -f "$py")
     if [ "$variant" = static ]; then
         expect_100_calls "the installed binary" "$binary" "$binary" "$work/calls.py"
+        expect_tools_calls "$py" "$work/calls.py"
         # A program linked against the static libpython gets only the
         # archive members it references, and the shared extension modules
         # need more (_asyncio: Python/pydtrace_asyncio.o).

@@ -1,7 +1,8 @@
 """python -m usdt list [--all] [PID ...]: the USDT probes of processes.
 
 For each process, the probes in the ELF files it has mapped (read from
-/proc/PID/maps and the files' .note.stapsdt sections), one per line:
+/proc/PID/maps and the files' .note.stapsdt sections), one per line,
+after a header line that names the fields:
 
     PID PROVIDER:NAME SEMAPHORE PATH ARGUMENTS
 
@@ -210,12 +211,19 @@ def module_pids():
     return sorted(pids)
 
 
+HEADER = "PID PROVIDER:NAME SEMAPHORE PATH ARGUMENTS"
+
+
 def list_command(args):
     status = 0
     if args.pid:
         pids = args.pid
     else:
         pids = module_pids()
+        if not pids:
+            print("usdt list: no process has probes defined with the usdt "
+                  "module", file=sys.stderr)
+    header = HEADER
     for pid in pids:
         try:
             probes = process_probes(pid, args.all)
@@ -231,6 +239,14 @@ def list_command(args):
             continue
         probes.sort(key=lambda found: (found[0].provider, found[0].name,
                                        found[0].path))
+        if not probes:
+            print("usdt list: process %d has no %s" % (
+                pid, "probes" if args.all else "probes defined with the "
+                "usdt module (--all lists the others)"), file=sys.stderr)
+            continue
+        if header:
+            print(header)
+            header = None
         for probe, value in probes:
             fields = [str(pid), "%s:%s" % (probe.provider, probe.name), value,
                       probe.path]

@@ -20,8 +20,8 @@ Needs root and bpftrace (0.17 tested); runs under any Python 3.
 
 Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
-"root;...;innermost count", for flamegraph.pl.  See "Python stacks" in
-Doc/howto/instrumentation.rst.
+"root;...;innermost count", for python -m usdt.flamegraph.  See "Python
+stacks" in Doc/howto/instrumentation.rst.
 """
 
 import argparse
@@ -636,9 +636,18 @@ def frame_text(frame):
     return "%s (%s:%s)" % (frame.name, frame.filename, line)
 
 
+def stack_order(item):
+    """Sort key of a (stack, count) item: the most frequent first, then by
+    frames.  A frame's line is None when it was not decoded: it sorts
+    before every line, as -2, for None and int do not compare."""
+    stack, count = item
+    return (-count, [(frame.name, frame.filename,
+                      -2 if frame.line is None else frame.line)
+                     for frame in stack])
+
+
 def print_counts(stacks, out):
-    for stack, count in sorted(stacks.items(),
-                               key=lambda item: (-item[1], item[0])):
+    for stack, count in sorted(stacks.items(), key=stack_order):
         out.write("%d\n" % count)
         for frame in stack:
             out.write("    %s\n" % frame_text(frame))
@@ -657,8 +666,7 @@ def print_folded(stacks, out):
 def print_json(stacks, out):
     rows = [{"count": count,
              "frames": [f._asdict() for f in stack]}
-            for stack, count in sorted(stacks.items(),
-                                       key=lambda item: (-item[1], item[0]))]
+            for stack, count in sorted(stacks.items(), key=stack_order)]
     json.dump(rows, out, indent=1)
     out.write("\n")
 
@@ -737,9 +745,16 @@ def run_bpftrace(text, args):
         raise Error("bpftrace not found (apt-get install bpftrace)")
     env = dict(os.environ)
     env["BPFTRACE_STRLEN"] = str(args.strlen)
+    if args.save:
+        output = args.save
+    else:
+        # Not in the temporary directory: kept should the counting fail,
+        # for --read (main() removes it once the counts are printed).
+        fd, output = tempfile.mkstemp(prefix="pystack-records-",
+                                      suffix=".txt")
+        os.close(fd)
     with tempfile.TemporaryDirectory(prefix="pystack") as tmp:
         script = os.path.join(tmp, "pystack.bt")
-        output = args.save or os.path.join(tmp, "records")
         with open(script, "w") as f:
             f.write(text)
         cmd = [bpftrace, "-q", "-o", output, script]
@@ -779,11 +794,13 @@ def run_bpftrace(text, args):
                 lines = f.readlines()
         if proc.returncode != 0 and not any(line.startswith(RECORD)
                                             for line in lines):
+            if not args.save:
+                os.unlink(output)
             raise Error("bpftrace failed (exit %d): %s"
                         % (proc.returncode,
                            bpftrace_errors("".join(stderr))
                            or "no error message"))
-        return lines, proc.returncode
+        return lines, proc.returncode, output
 
 
 def main(argv=None):
@@ -809,7 +826,8 @@ def main(argv=None):
                         "e.g. 'args->fd == 1'")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--folded", action="store_true",
-                        help="print folded stacks for flamegraph.pl")
+                        help="print folded stacks, for a flame graph "
+                        "(python -m usdt.flamegraph)")
     output.add_argument("--json", action="store_true",
                         help="print the counts as JSON")
     parser.add_argument("--co-name", action="store_true",
@@ -833,8 +851,10 @@ def main(argv=None):
                         help="print the bpftrace program and exit")
     parser.add_argument("--save", metavar="FILE",
                         help="write bpftrace's records to FILE as they "
-                        "come, unbuffered (for --read later), not to a "
-                        "temporary file")
+                        "come, unbuffered (for --read later), and keep "
+                        "it; without --save they go to a temporary file, "
+                        "removed once counted, kept and named should the "
+                        "counting fail")
     parser.add_argument("--read", metavar="FILE",
                         help="count the records of a saved run of the "
                         "program (bpftrace -o FILE) instead of running it")
@@ -857,8 +877,16 @@ def main(argv=None):
         if args.print_program:
             sys.stdout.write(text)
             return 0
-        lines, status = run_bpftrace(text, args)
-        report(lines, args, sys.stdout)
+        lines, status, records = run_bpftrace(text, args)
+        try:
+            report(lines, args, sys.stdout)
+        except BaseException:
+            sys.stderr.write("pystack: the records of this run are in %s: "
+                             "count them again with --read %s\n"
+                             % (records, records))
+            raise
+        if not args.save:
+            os.unlink(records)
         return status
     except Error as error:
         sys.stderr.write("pystack: %s\n" % error)

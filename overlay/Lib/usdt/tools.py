@@ -1,0 +1,641 @@
+"""python -m usdt.tools TOOL ...: one command for the ready tracing tools.
+
+Each tool answers one question about a Python process of this
+interpreter, with the same options everywhere:
+
+    -p PID        trace a running process (until Ctrl-C or -d)
+    -c CMD        run CMD and trace it until it exits (CMD is split on
+                  spaces, as bpftrace -c splits it)
+    -d SECONDS    stop after SECONDS and print what was found
+    -o FILE       write the results to FILE, not to standard output
+    -f TEXT       keep only the entries whose key contains TEXT (a module,
+                  a file, a function)
+
+The tools are the bpftrace scripts of Tools/usdt, installed next to this
+module, run with the limits each one needs (BPFTRACE_STRLEN,
+BPFTRACE_MAP_KEYS_MAX) and bpftrace -k: when a map is full anyway, the
+number of events dropped is said on standard error.  bpftrace's harmless
+"couldn't set RLIMIT_MEMLOCK" line is not shown.  With -p, a line on
+standard error says when the probes are attached; -d counts from then.
+Ctrl-C, or the end of -d, stops tracing and prints the results: bpftrace
+0.17 loses a SIGINT sent before it has attached, and can miss one after,
+so it gets its first once attached, then one every second until it has
+printed.  A PID that
+does not run this interpreter is refused, with what it runs instead.
+Needs root and bpftrace.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Tool:
+    """One question, and the script that answers it."""
+
+    def __init__(self, name, question, script=None, strlen=None,
+                 keys=None, watched=False):
+        self.name = name
+        self.question = question
+        self.script = script
+        self.strlen = strlen
+        self.keys = keys
+        # Its markers (function, line, C function, exception) fire in a
+        # running process only once the interpreter's watcher thread has
+        # seen them armed: within a second.
+        self.watched = watched
+
+
+# In the order --help lists them.  strlen and keys: what the script's
+# header asks for (it loads with that BPFTRACE_STRLEN, and its maps hold
+# that many keys).
+TOOLS = [
+    Tool("calls", "Which Python functions are called most often?",
+         "top-functions.bt", 160, 65536, watched=True),
+    Tool("latency", "Which Python functions are slow? Runs, inclusive "
+         "and exclusive wall time, latency histograms", "latency.bt",
+         128, 65536, watched=True),
+    Tool("lines", "Which lines of Python code run, how often?",
+         "lines.bt", 200, 131072, watched=True),
+    Tool("exceptions", "Which exceptions are raised, re-raised and "
+         "handled, and where?", "exceptions.bt", 160, 16384, watched=True),
+    Tool("ccalls", "Which C functions does Python code call, and how "
+         "long do they take?", "ccalls.bt", 160, 16384, watched=True),
+    Tool("gc", "How often does the garbage collector run, and how long "
+         "does it take?", "gc.bt"),
+    Tool("imports", "Which imports are slow, and which fail?",
+         "imports.bt", 160, 16384),
+    Tool("gil", "How long do threads wait for the GIL, and hold it?",
+         "gil.bt"),
+    Tool("threads", "Which threads start and stop, and how long do they "
+         "live?", "threads.bt"),
+    Tool("tasks", "Which asyncio tasks run, and how long are their "
+         "steps?", "tasks.bt", 128),
+    Tool("stacks", "Which Python code hits this probe (any bpftrace "
+         "probe: a syscall, a USDT marker)? Python stacks with counts"),
+    Tool("profile", "Where does the process spend its CPU time? Sampled "
+         "Python stacks, folded, or as a flame graph (--svg)"),
+    Tool("flamegraph", "What do these folded stacks look like? An "
+         "interactive SVG flame graph, or a differential one of two"),
+    Tool("list", "Which probes did the process define with the usdt "
+         "module?"),
+]
+BY_NAME = {tool.name: tool for tool in TOOLS}
+
+# bpftrace -k's warning for an update that a full map refused, and the
+# count of the warnings it could not print as fast.
+DROPPED = re.compile(r"WARNING: Failed to map_update_elem: "
+                     r"Argument list too long")
+LOST = re.compile(r"^Lost (\d+) events$")
+
+
+class Error(Exception):
+    """Reported in one line, without a traceback."""
+
+
+def traced_binary():
+    """The file a tracer attaches to: libpython for a shared build, the
+    executable otherwise."""
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        library = os.path.join(sysconfig.get_config_var("LIBDIR") or "",
+                               sysconfig.get_config_var("INSTSONAME")
+                               or "")
+        if os.path.exists(library):
+            return os.path.realpath(library)
+        # Not installed: the library next to the build tree's executable.
+        library = os.path.join(os.path.dirname(sys.executable),
+                               sysconfig.get_config_var("INSTSONAME"))
+        if os.path.exists(library):
+            return os.path.realpath(library)
+    return os.path.realpath(sys.executable)
+
+
+def check_pid(pid, binary):
+    """Error unless process pid runs *binary* (maps it)."""
+    try:
+        exe = os.readlink("/proc/%d/exe" % pid)
+    except FileNotFoundError:
+        raise Error("no process %d" % pid) from None
+    except PermissionError:
+        raise Error("cannot read /proc/%d/exe: run as root" % pid) from None
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            mapped = {line.split(None, 5)[5].rstrip("\n")
+                      for line in f if len(line.split(None, 5)) == 6}
+    except OSError as error:
+        raise Error("cannot read /proc/%d/maps: %s" % (pid, error.strerror))
+    target = os.stat(binary)
+    for path in mapped:
+        try:
+            found = os.stat(path)
+        except OSError:
+            continue
+        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+            return
+    raise Error("process %d runs %s, not this interpreter (%s): run the "
+                "tools with the interpreter it runs" % (pid, exe, binary))
+
+
+def script_path(name):
+    path = os.path.join(HERE, name)
+    if not os.path.exists(path):
+        raise Error("%s is not installed next to %s" % (name, __file__))
+    return path
+
+
+def filter_output(text, needle):
+    """The map entries of bpftrace's output whose key holds needle, with
+    the lines that belong to them (a histogram's buckets)."""
+    kept, keep = [], True
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@"):
+            key = line.split("]:", 1)[0]
+            keep = needle in key
+        if keep:
+            kept.append(line)
+    return "".join(kept)
+
+
+def filter_stacks(text, needle):
+    """The stacks of pystack.py's output that have a frame holding
+    needle: folded lines, or blocks of a count and its frames."""
+    blocks = re.split(r"(?<=\n)\n", text) if "\n\n" in text else None
+    if blocks is None:
+        return "".join(line for line in text.splitlines(keepends=True)
+                       if needle in line.rpartition(" ")[0])
+    return "\n".join(block for block in blocks
+                     if needle in block.partition("\n")[2])
+
+
+def drop_warnings(text):
+    """(bpftrace's output without -k's warnings, events dropped)."""
+    lines = text.splitlines(keepends=True)
+    out, dropped, skip = [], 0, 0
+    for line in lines:
+        if skip:
+            skip -= 1
+            continue
+        if DROPPED.search(line):
+            dropped += 1
+            skip = 2        # the program's line, and the ~~~ under it
+            continue
+        lost = LOST.match(line.strip())
+        if lost:
+            dropped += int(lost.group(1))
+            continue
+        out.append(line)
+    return "".join(out), dropped
+
+
+# What bpftrace 0.17 says of a sample whose stack its stack map lost (the
+# sample counts in "@[]: N", which the profile tool reports).
+LOST_STACK = b"failed to look up stack id"
+
+
+def forward_stderr(pipe, out):
+    """Copy a tracer's stderr to out, but for bpftrace's harmless
+    RLIMIT_MEMLOCK notice and its lost stacks."""
+    for line in iter(pipe.readline, b""):
+        if b"RLIMIT_MEMLOCK" not in line and LOST_STACK not in line:
+            out.write(line)
+            out.flush()
+
+
+def forward_stdout(pipe, out):
+    """Copy bpftrace's stdout (the -c command's output) to out, but for
+    the two empty lines that bpftrace 0.17 prints when it exits."""
+    held = b""
+    while True:
+        chunk = os.read(pipe.fileno(), 65536)
+        if not chunk:
+            break
+        data = held + chunk
+        keep = len(data) - min(2, len(data) - len(data.rstrip(b"\n")))
+        out.write(data[:keep])
+        out.flush()
+        held = data[keep:]
+    out.write(held[:-2] if held.endswith(b"\n\n") else held[:0])
+    out.flush()
+
+
+def collect_stdout(pipe, lines, seen):
+    """Keep bpftrace's output lines in *lines*, and set the event *seen*
+    when the line ATTACHED comes."""
+    for line in iter(pipe.readline, b""):
+        text = line.decode("utf-8", "replace")
+        if text.rstrip("\n") == ATTACHED:
+            seen.set()
+        else:
+            lines.append(text)
+
+
+# Seconds from attaching until the watched markers fire: the watcher
+# thread's poll (once a second), and a margin for the interpreter's threads
+# to notice its request.
+WATCHER_DELAY = 1.5
+
+
+def run_until_done(cmd, env, seconds, capture=False, announce=None,
+                   delay=0):
+    """Run cmd; SIGINT it at the end of *seconds* or at Ctrl-C (and every
+    second after, since bpftrace 0.17 can miss one) until it exits.
+    Returns (its exit status, its output if *capture*, else "").
+
+    With *capture*, cmd is a bpftrace program that prints ATTACHED once
+    its probes are attached, on its standard output (a pipe, unbuffered
+    with -B none; bpftrace 0.17 writes -o's file in blocks): the seconds
+    count from then, and no SIGINT is sent before (bpftrace 0.17 loses a
+    SIGINT that comes before it has attached; a Ctrl-C then waits), and
+    *announce*, a text, goes to standard error then: *delay* seconds
+    after it has attached."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    lines = []
+    seen = threading.Event()
+    since = []
+    copiers = [threading.Thread(target=forward_stderr,
+                                args=(proc.stderr, sys.stderr.buffer))]
+    if capture:
+        copiers.append(threading.Thread(target=collect_stdout,
+                                        args=(proc.stdout, lines, seen)))
+
+        def attached():
+            if not seen.is_set():
+                return False
+            if not since:
+                since.append(time.monotonic())
+            return time.monotonic() >= since[0] + delay
+    else:
+        copiers.append(threading.Thread(target=forward_stdout,
+                                        args=(proc.stdout,
+                                              sys.stdout.buffer)))
+        attached = None
+    for copier in copiers:
+        copier.start()
+    ready = attached is None
+    deadline = None
+    if ready and seconds is not None:
+        deadline = time.monotonic() + seconds
+    stopping = interrupted = False
+    try:
+        while True:
+            try:
+                if not ready and attached():
+                    ready = True
+                    if announce:
+                        sys.stderr.write(announce)
+                        sys.stderr.flush()
+                    if seconds is not None:
+                        deadline = time.monotonic() + seconds
+                    if interrupted:
+                        stopping = True
+                        proc.send_signal(signal.SIGINT)
+                if not ready:
+                    timeout = 0.05
+                elif stopping:
+                    timeout = 1
+                elif deadline is None:
+                    timeout = None
+                else:
+                    timeout = max(0, deadline - time.monotonic())
+                proc.wait(timeout=timeout)
+                break
+            except subprocess.TimeoutExpired:
+                if ready and (stopping or deadline is not None
+                              and time.monotonic() >= deadline):
+                    stopping = True
+                    proc.send_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                interrupted = True
+                if ready and proc.poll() is None:
+                    stopping = True
+                    proc.send_signal(signal.SIGINT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for copier in copiers:
+            copier.join()
+        proc.stdout.close()
+        proc.stderr.close()
+    return proc.returncode, "".join(lines)
+
+
+# Appended to a script: bpftrace attaches probes in the order of the
+# program (BEGIN runs before any), so this one prints once the script's
+# own are attached.
+ATTACHED = "usdt.tools: attached"
+ATTACHED_PROBE = """
+interval:ms:20 /@usdt_tools_attached == 0/
+{
+	@usdt_tools_attached = 1;
+	printf("%s\\n");
+}
+""" % ATTACHED
+
+
+def target_args(args):
+    if args.pid is not None:
+        return ["-p", str(args.pid)]
+    return ["-c", args.command]
+
+
+def run_script(tool, args, extra):
+    bpftrace = shutil.which("bpftrace")
+    if bpftrace is None:
+        raise Error("bpftrace not found (apt-get install bpftrace)")
+    env = dict(os.environ)
+    if tool.strlen:
+        env["BPFTRACE_STRLEN"] = str(tool.strlen)
+    keys = args.map_keys or tool.keys
+    if keys:
+        env["BPFTRACE_MAP_KEYS_MAX"] = str(keys)
+    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        output = os.path.join(tmp, "output")
+        if args.pid is not None:
+            # Its output on a pipe, to see when it has attached.
+            program = os.path.join(tmp, tool.script)
+            with open(script_path(tool.script)) as f:
+                text = f.read()
+            with open(program, "w") as f:
+                f.write(text + ATTACHED_PROBE)
+            cmd = [bpftrace, "-k", "-q", "-B", "none", program, args.binary,
+                   *extra, "-p", str(args.pid)]
+        else:
+            # Its output in a file: standard output is the command's.
+            # bpftrace starts the command once it has attached.
+            cmd = [bpftrace, "-k", "-q", "-o", output,
+                   script_path(tool.script), args.binary, *extra,
+                   "-c", args.command]
+        status, text = run_until_done(
+            cmd, env, args.duration, capture=args.pid is not None,
+            announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
+            "the results\n" % (tool.name, args.pid),
+            delay=WATCHER_DELAY if tool.watched else 0)
+        if args.pid is None and os.path.exists(output):
+            with open(output, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+    text = "".join(line for line in text.splitlines(keepends=True)
+                   if line.rstrip("\n") != "@usdt_tools_attached: 1")
+    text, dropped = drop_warnings(text)
+    # bpftrace 0.17 ends its output with empty lines.
+    text = text.strip("\n") + "\n" if text.strip() else ""
+    if args.filter:
+        text = filter_output(text, args.filter)
+    write(args, text)
+    if dropped:
+        sys.stderr.write("usdt.tools %s: %d events dropped: a map was full "
+                         "(BPFTRACE_MAP_KEYS_MAX=%s); give more with "
+                         "--map-keys\n" % (tool.name, dropped,
+                                           env.get("BPFTRACE_MAP_KEYS_MAX",
+                                                   "4096")))
+    return status
+
+
+def write(args, text):
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def run_pystack(args, pystack_args):
+    cmd = [sys.executable, script_path("pystack.py"), "--python",
+           args.binary, *pystack_args, *target_args(args)]
+    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        output = os.path.join(tmp, "stacks")
+        with open(output, "w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
+            copier = threading.Thread(target=forward_stderr,
+                                      args=(proc.stderr, sys.stderr.buffer))
+            copier.start()
+            deadline = (None if args.duration is None
+                        else time.monotonic() + args.duration)
+            stopping = False
+            try:
+                while True:
+                    try:
+                        timeout = (1 if stopping else None if deadline is None
+                                   else max(0, deadline - time.monotonic()))
+                        proc.wait(timeout=timeout)
+                        break
+                    except subprocess.TimeoutExpired:
+                        stopping = True
+                        proc.send_signal(signal.SIGINT)
+                    except KeyboardInterrupt:
+                        stopping = True
+                        if proc.poll() is None:
+                            proc.send_signal(signal.SIGINT)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                copier.join()
+                proc.stderr.close()
+        with open(output, encoding="utf-8", errors="replace") as f:
+            return proc.returncode, f.read()
+
+
+def stacks_command(args):
+    options = ["--probe", args.probe]
+    if args.folded:
+        options.append("--folded")
+    status, text = run_pystack(args, options)
+    if args.filter:
+        text = filter_stacks(text, args.filter)
+    write(args, text)
+    return status
+
+
+def fold_ustacks(text):
+    """(folded stacks, "root;...;leaf count" lines, of bpftrace's printed
+    @[ustack] counts, as the awk program of pyprofile.bt's header folds
+    them; the samples whose stack bpftrace lost, "@[]: N")."""
+    folded = {}
+    stack = None
+    lost = 0
+    for line in text.splitlines():
+        if line.startswith("@[]: "):
+            lost += int(line[5:])
+        elif line == "@[":
+            stack = []
+        elif line.startswith("]: ") and stack is not None:
+            key = ";".join(reversed(stack))
+            folded[key] = folded.get(key, 0) + int(line[3:])
+            stack = None
+        elif line.startswith(" ") and stack is not None:
+            stack.append(re.sub(r"\+[0-9]+$", "", line.strip()))
+    return "".join("%s %d\n" % item for item in sorted(folded.items())
+                   if item[0]), lost
+
+
+def native_profile(args):
+    """pyprofile.bt, with the environment and the PID it needs: native
+    stacks, with py:: frames in a process started with -X dtrace_stacks."""
+    if args.pid is None:
+        raise Error("--native samples a running process: give -p PID")
+    bpftrace = shutil.which("bpftrace")
+    if bpftrace is None:
+        raise Error("bpftrace not found (apt-get install bpftrace)")
+    # One symbol table per process: bpftrace 0.17 otherwise reads the
+    # interpreter's symbols again for each stack.
+    env = dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1")
+    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        output = os.path.join(tmp, "output")
+        cmd = [bpftrace, "-q", "-o", output, "-p", str(args.pid),
+               script_path("pyprofile.bt"), args.binary, str(args.pid)]
+        status, _ = run_until_done(cmd, env, args.duration)
+        text = ""
+        if os.path.exists(output):
+            with open(output, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+    folded, lost = fold_ustacks(text)
+    if lost:
+        sys.stderr.write("usdt.tools profile: %d samples without their "
+                         "stack: bpftrace 0.17's stack map lost them\n"
+                         % lost)
+    return status, folded
+
+
+def profile_command(args):
+    if args.native:
+        status, text = native_profile(args)
+    else:
+        if args.pid is not None:
+            where = "pid == %d" % args.pid
+        else:
+            where = "pid == cpid"
+        status, text = run_pystack(args, ["--probe", "profile:hz:%d"
+                                          % args.hz, "--filter", where,
+                                          "--folded"])
+    if args.filter:
+        text = filter_stacks(text, args.filter)
+    if args.svg:
+        from usdt import flamegraph
+        stacks = flamegraph.parse_folded(text.splitlines(), "<profile>")
+        if not stacks:
+            raise Error("no samples: nothing to draw")
+        with open(args.svg, "w") as f:
+            f.write(flamegraph.render(flamegraph.build(stacks),
+                                      "CPU profile"))
+    write(args, text)
+    return status
+
+
+EPILOG = """\
+Every tool but flamegraph and list takes -p PID or -c CMD, and -d SECONDS,
+-o FILE, -f TEXT: python -m usdt.tools TOOL --help."""
+
+
+def add_target(parser, required=True):
+    target = parser.add_mutually_exclusive_group(required=required)
+    target.add_argument("-p", dest="pid", type=int, metavar="PID",
+                        help="trace process PID (until Ctrl-C, or -d)")
+    target.add_argument("-c", dest="command", metavar="CMD",
+                        help="run CMD and trace it (split on spaces)")
+    parser.add_argument("-d", dest="duration", type=float,
+                        metavar="SECONDS",
+                        help="stop after SECONDS, and print the results")
+    parser.add_argument("-o", dest="output", metavar="FILE",
+                        help="write the results to FILE")
+    parser.add_argument("-f", dest="filter", metavar="TEXT",
+                        help="only the entries whose key contains TEXT "
+                        "(a module, a file, a function); for stacks, "
+                        "those with a frame that contains it")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m usdt.tools",
+        description="Trace a Python process of this interpreter: one tool "
+        "per question, the same options for all.",
+        epilog=EPILOG, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="tool", metavar="TOOL",
+                                     required=True)
+    for tool in TOOLS:
+        sub = commands.add_parser(tool.name, help=tool.question,
+                                  description=tool.question)
+        if tool.name == "flamegraph":
+            sub.add_argument("rest", nargs=argparse.REMAINDER,
+                             help="the options of python -m usdt.flamegraph")
+            continue
+        if tool.name == "list":
+            sub.add_argument("rest", nargs=argparse.REMAINDER,
+                             help="the options of python -m usdt list")
+            continue
+        add_target(sub)
+        if tool.script:
+            sub.add_argument("--map-keys", type=int, metavar="N",
+                             help="keys per map (default %d)"
+                             % (tool.keys or 4096))
+        if tool.name == "latency":
+            sub.add_argument("--order", choices=["inclusive", "exclusive"],
+                             default="inclusive",
+                             help="which time comes last (default "
+                             "%(default)s)")
+            sub.add_argument("--top", type=int, default=20, metavar="N",
+                             help="functions shown per map but @ns "
+                             "(default %(default)s)")
+        elif tool.name == "ccalls":
+            sub.add_argument("--histogram", nargs=2,
+                             metavar=("MODULE", "FUNCNAME"),
+                             help="the histogram of this C function")
+        elif tool.name == "stacks":
+            sub.add_argument("--probe", required=True,
+                             help="the bpftrace probe; PYTHON stands for "
+                             "the interpreter (usdt:PYTHON:python:"
+                             "gc__start)")
+            sub.add_argument("--folded", action="store_true",
+                             help="folded stacks, for flamegraph")
+        elif tool.name == "profile":
+            sub.add_argument("--hz", type=int, default=49,
+                             help="samples per second and CPU (default "
+                             "%(default)s)")
+            sub.add_argument("--svg", metavar="FILE",
+                             help="also draw the flame graph in FILE")
+            sub.add_argument("--native", action="store_true",
+                             help="native stacks, with the Python functions "
+                             "named (py::) in a process started with -X "
+                             "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
+    args = parser.parse_args(argv)
+    tool = BY_NAME[args.tool]
+    try:
+        if tool.name == "flamegraph":
+            from usdt import flamegraph
+            return flamegraph.main(args.rest)
+        if tool.name == "list":
+            from usdt import __main__ as lister
+            return lister.main(["list", *args.rest])
+        args.binary = traced_binary()
+        if args.pid is not None:
+            check_pid(args.pid, args.binary)
+        if tool.name == "stacks":
+            return stacks_command(args)
+        if tool.name == "profile":
+            return profile_command(args)
+        extra = []
+        if tool.name == "latency":
+            extra = [args.order, str(args.top)]
+        elif tool.name == "ccalls" and args.histogram:
+            extra = list(args.histogram)
+        return run_script(tool, args, extra)
+    except Error as error:
+        sys.stderr.write("usdt.tools %s: %s\n" % (tool.name, error))
+        return 2
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

@@ -1,0 +1,432 @@
+"""python -m usdt.tools: the front door of the ready tools, on a real-size
+application.
+
+The application is installed under a path of more than 150 bytes, in a
+package whose two handler modules share their first 180 bytes; it runs
+more than 10,000 different lines (a generated module of 250 functions),
+a recursion, 8 threads and asyncio tasks.  What the lines tool reports
+for the application's files must be what sys.settrace() sees, line for
+line, whether the tool starts the application (-c) or attaches to it
+after it has run for a minute (-p).  The tool must refuse a process of
+another interpreter, say how many events a full map dropped, and print
+its results at Ctrl-C and at the end of -d.
+"""
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
+                     perf_map_path, require_bpftrace, run, start, stop)
+from test_flamegraph import svg_frames, expected_frames
+from test_stacks import CHAIN, WORKLOAD as STACKS_WORKLOAD, py_frame
+
+# Lines per generated function, and functions: more than 10,000 lines.
+BULK_LINES = 45
+BULK_FUNCTIONS = 250
+
+MAIN = textwrap.dedent("""\
+    import asyncio, os, sys, threading, time
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from app import bulk
+    from app import {alpha} as alpha
+    from app import {beta} as beta
+
+    def warm_up():
+        return sum(range(10))
+
+    def main():
+        bulk.run_all()
+        alpha.recurse(30)
+        threads = [threading.Thread(target=beta.work, args=(i,))
+                   for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        asyncio.run(beta.tasks(5))
+
+    if __name__ == "__main__":
+        if sys.argv[1:] == ["wait"]:
+            # Run a while, then work when told to (a line on stdin).
+            go = threading.Event()
+            threading.Thread(target=lambda: (sys.stdin.readline(),
+                                             go.set()),
+                             daemon=True).start()
+            print("ready", flush=True)
+            while not go.is_set():
+                warm_up()
+                time.sleep(0.01)
+            main()
+            print("done", flush=True)
+            sys.stdin.readline()
+        else:
+            main()
+    """)
+
+ALPHA = textwrap.dedent("""\
+    def recurse(n):
+        if n == 0:
+            return 0
+        return 1 + recurse(n - 1)
+    """)
+
+BETA = textwrap.dedent("""\
+    import asyncio
+
+    def work(i):
+        total = 0
+        for j in range(100 + i):
+            if j % 7 == i:
+                total += j
+        return total
+
+    async def step(i):
+        for _ in range(3 + i):
+            await asyncio.sleep(0)
+        return i
+
+    async def tasks(n):
+        return await asyncio.gather(*[step(i) for i in range(n)])
+    """)
+
+# Line counts of the application's files, with sys.settrace() in every
+# thread: {file: {line: count}}; of the whole run ("all"), or of main()
+# alone ("main", as a tool attached after the imports sees it).
+SETTRACE_APP = textwrap.dedent("""\
+    import collections, json, os, runpy, sys, threading
+    what, target = sys.argv[1:]
+    del sys.argv[1]
+    top = os.path.dirname(target)
+    counts = collections.defaultdict(collections.Counter)
+    def trace(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(top + os.sep):
+            return None
+        if event == "line":
+            counts[frame.f_code.co_filename][frame.f_lineno] += 1
+        return trace
+    sys.path.insert(0, top)
+    if what == "all":
+        threading.settrace_all_threads(trace)
+        runpy.run_path(target, run_name="__main__")
+    else:
+        namespace = runpy.run_path(target, run_name="reference")
+        threading.settrace_all_threads(trace)
+        namespace["main"]()
+    threading.settrace_all_threads(None)
+    print(json.dumps(counts))
+""")
+
+
+def bulk_module():
+    """250 functions of 45 lines each, and run_all() that calls them."""
+    parts = []
+    for n in range(BULK_FUNCTIONS):
+        body = ["    x = %d" % n]
+        body += ["    x = x * 3 + %d" % i for i in range(BULK_LINES - 2)]
+        body.append("    return x")
+        parts.append("def f%d():\n%s\n" % (n, "\n".join(body)))
+    parts.append("def run_all():\n    return [%s]\n" % ", ".join(
+        "f%d()" % n for n in range(BULK_FUNCTIONS)))
+    return "\n".join(parts)
+
+
+class ToolsTestCase(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="usdt-tools")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def tools(self, *args, **kwargs):
+        return run([PYTHON, "-m", "usdt.tools", *args], **kwargs)
+
+
+class FrontDoorTest(ToolsTestCase):
+    """What needs no tracer."""
+
+    # The questions of issue 26, each answered by a tool.
+    REQUIRED = ["calls", "latency", "lines", "exceptions", "ccalls", "gc",
+                "imports", "gil", "threads", "tasks", "stacks", "profile",
+                "flamegraph"]
+
+    def test_help_lists_every_tool_with_its_question(self):
+        proc = self.tools("--help")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        listed = {}
+        for line in proc.stdout.splitlines():
+            match = re.match(r"^    (\w+)\s+(\S.*\?.*)$", line)
+            if match:
+                listed[match.group(1)] = match.group(2)
+        self.assertEqual(sorted(set(self.REQUIRED) - set(listed)), [],
+                         proc.stdout)
+        # Each tool takes the common options.
+        for name in sorted(listed):
+            if name in ("flamegraph", "list"):
+                continue
+            with self.subTest(tool=name):
+                proc = self.tools(name, "--help")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                for option in ("-p PID", "-c CMD", "-d SECONDS", "-o FILE",
+                               "-f TEXT"):
+                    self.assertIn(option, proc.stdout)
+
+    def test_refuses_another_interpreter(self):
+        # sleep(1) is a process that does not run this interpreter.
+        other = start(self, ["sleep", "60"])
+        proc = self.tools("gc", "-p", str(other.pid))
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr, "usdt.tools gc: process %d runs %s, "
+                         "not this interpreter (%s): run the tools with the "
+                         "interpreter it runs\n"
+                         % (other.pid, shutil.which("sleep")
+                            and os.path.realpath(shutil.which("sleep")),
+                            os.path.realpath(PYTHON)))
+
+
+class NativeProfileTest(ToolsTestCase):
+    """profile --native: pyprofile.bt with what it needs (the symbol cache,
+    the PID twice) given by the tool, on test_stacks.py's workload (threads
+    calling outer() -> middle() -> leaf())."""
+
+    def test_python_names_in_native_stacks(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("the free-threaded build has no stack trampoline "
+                          "for the marker")
+        workload = start(self, [PYTHON, "-X", "dtrace_stacks",
+                                STACKS_WORKLOAD, "90"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+        pid = workload.pid
+
+        def remove_map():
+            stop(workload)
+            if os.path.exists(perf_map_path(pid)):
+                os.unlink(perf_map_path(pid))
+        self.addCleanup(remove_map)
+        self.assertEqual(workload.stdout.readline(), "ready %d\n" % pid)
+        armed = Semaphore(pid, "stacks__enable").value()
+        if armed:
+            self.skipTest("python:stacks__enable is already armed "
+                          "(semaphore %d)" % armed)
+        folded = os.path.join(self.tmp, "native.folded")
+        svg = os.path.join(self.tmp, "native.svg")
+        proc = self.tools("profile", "--native", "-p", str(pid), "-d", "6",
+                          "-o", folded, "--svg", svg, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # bpftrace 0.17 loses the stack of a sample now and then (two
+        # stacks in one slot of its map): the tool counts those samples.
+        self.assertEqual(re.sub(r"(?m)^usdt.tools profile: \d+ samples "
+                                r"without their stack: bpftrace 0.17's "
+                                r"stack map lost them\n", "", proc.stderr),
+                         "")
+        self.assertIsNone(workload.poll())
+        stacks = collections.Counter()
+        with open(folded) as f:
+            for line in f:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                stacks[stack] += int(count)
+        total = sum(stacks.values())
+        self.assertGreater(total, 50, stacks)
+        # Root first: outer() below middle() below leaf(), in the samples
+        # taken once the trampoline was on.
+        full = sum(count for stack, count in stacks.items()
+                   if [py_frame(frame)[0] for frame in stack.split(";")
+                       if frame.startswith("py::")] == CHAIN[::-1])
+        self.assertGreater(full, total // 4, stacks)
+        with open(svg) as f:
+            _, frames = svg_frames(f.read())
+        self.assertEqual({frame["path"]: frame["count"] for frame in frames
+                          if frame["path"]}, dict(expected_frames(stacks)))
+        # -c: refused, pyprofile.bt samples a running process.
+        proc = self.tools("profile", "--native", "-c", "%s -c pass" % PYTHON)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--native samples a running process: give -p PID",
+                      proc.stderr)
+
+
+class ApplicationTest(ToolsTestCase):
+    """The tools on the real-size application."""
+
+    # Seconds the application runs before the tool attaches with -p.
+    RUN_BEFORE = 60
+
+    def setUp(self):
+        super().setUp()
+        require_bpftrace(self)
+        # Exactly 150 bytes: a deep site-packages.
+        top = os.path.join(self.tmp, "venv", "lib", "python3.13",
+                           "site-packages")
+        self.assertLess(len(top), 140)
+        top = os.path.join(top, "vendor" + "-" * (150 - len(top) - 7))
+        package = os.path.join(top, "app")
+        os.makedirs(package)
+        prefix = os.path.join(package, "handlers_" + "h" * 24)
+        names = ["%s_alpha" % os.path.basename(prefix),
+                 "%s_betaa" % os.path.basename(prefix)]
+        files = {"__init__.py": "VERSION = 1\n", "bulk.py": bulk_module(),
+                 names[0] + ".py": ALPHA, names[1] + ".py": BETA}
+        for name, text in files.items():
+            with open(os.path.join(package, name), "w") as f:
+                f.write(text)
+        handlers = [os.path.join(package, name + ".py") for name in names]
+        self.assertGreaterEqual(len(os.path.commonprefix(handlers)), 180)
+        self.assertLess(max(len(path) for path in handlers), 200)
+        self.assertEqual(len(top), 150)
+        self.main = os.path.join(top, "main.py")
+        with open(self.main, "w") as f:
+            f.write(MAIN.format(alpha=names[0], beta=names[1]))
+        self.top = top
+        self.expected = {}
+        for what in ("all", "main"):
+            proc = run([PYTHON, "-c", SETTRACE_APP, what, self.main])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.expected[what] = json.loads(proc.stdout)
+        distinct = sum(len(lines) for lines in self.expected["main"].values())
+        self.assertGreater(distinct, 10000)
+        self.assertIn(handlers[0], self.expected["main"])
+        self.assertIn(handlers[1], self.expected["main"])
+
+    def app_lines(self, output):
+        """{file: {line: count}} of the application's files in the lines
+        tool's output."""
+        found = collections.defaultdict(dict)
+        for line in output.splitlines():
+            match = re.match(r"^@lines\[(.*), (\d+)\]: (\d+)$", line)
+            if match and match.group(1).startswith(self.top + os.sep):
+                found[match.group(1)][match.group(2)] = int(match.group(3))
+        return found
+
+    def expected_lines(self, what):
+        # main.py's own lines run outside main() too: compare the package.
+        return {path: {str(k): v for k, v in lines.items()}
+                for path, lines in self.expected[what].items()
+                if path != self.main}
+
+    def package_only(self, found):
+        return {path: lines for path, lines in found.items()
+                if path != self.main}
+
+    def assert_same_lines(self, found, expected):
+        """found == expected, with a short message: the files, and the
+        first lines that differ."""
+        self.assertEqual(sorted(found), sorted(expected))
+        for path in expected:
+            differ = sorted(
+                (int(line), found[path].get(line), expected[path].get(line))
+                for line in set(found[path]) | set(expected[path])
+                if found[path].get(line) != expected[path].get(line))
+            self.assertEqual(differ, [], "%s: (line, found, expected)"
+                             % path)
+
+    def test_lines_with_c(self):
+        proc = self.tools("lines", "-c", "%s %s" % (PYTHON, self.main),
+                          "-f", self.top, timeout=600)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertEqual(Bpftrace.errors(proc), "")
+        self.assert_same_lines(self.package_only(self.app_lines(
+            proc.stdout)), self.expected_lines("all"))
+        # -f: only the application's entries.
+        for line in proc.stdout.splitlines():
+            if line.startswith("@"):
+                self.assertIn(self.top, line)
+
+    def test_lines_with_p_after_a_minute(self):
+        app = start(self, [PYTHON, self.main, "wait"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.assertEqual(app.stdout.readline(), "ready\n")
+        time.sleep(self.RUN_BEFORE)
+        output = os.path.join(self.tmp, "lines.txt")
+        tool = start(self, [PYTHON, "-m", "usdt.tools", "lines", "-p",
+                            str(app.pid), "-o", output],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The tool says when bpftrace has attached the script's probes.
+        said = tool.stderr.readline()
+        self.assertEqual(said, "usdt.tools lines: tracing process %d; "
+                         "Ctrl-C prints the results\n" % app.pid,
+                         said + tool.stderr.read() if not said else said)
+        app.stdin.write("go\n")
+        app.stdin.flush()
+        self.assertEqual(app.stdout.readline(), "done\n")
+        # Ctrl-C: the results are printed.
+        tool.send_signal(signal.SIGINT)
+        stdout, stderr = tool.communicate(timeout=120)
+        self.assertEqual(tool.returncode, 0, stderr)
+        self.assertEqual(Bpftrace.errors(stderr), "")
+        with open(output) as f:
+            found = self.app_lines(f.read())
+        self.assert_same_lines(self.package_only(found),
+                               self.expected_lines("main"))
+        self.assertIsNone(app.poll())
+
+    def test_dropped_events_said(self):
+        # Room for 512 lines: the tool says on stderr how many line events
+        # the full map dropped; with the kept ones, they are all of them.
+        counts = {}
+        for keys in ("131072", "512"):
+            proc = self.tools("lines", "--map-keys", keys, "-c",
+                              "%s %s" % (PYTHON, self.main), timeout=600,
+                              env=dict(os.environ, PYTHONHASHSEED="0"))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            kept = sum(int(n) for n in re.findall(r"(?m)^@lines\[.*\]: (\d+)$",
+                                                  proc.stdout))
+            said = re.findall(r"usdt.tools lines: (\d+) events dropped: a "
+                              r"map was full \(BPFTRACE_MAP_KEYS_MAX=%s\)"
+                              % keys, proc.stderr)
+            counts[keys] = (kept, int(said[0]) if said else 0)
+            self.assertNotIn("map_update_elem", proc.stdout)
+        self.assertEqual(counts["131072"][1], 0, counts)
+        self.assertGreater(counts["512"][1], 0, counts)
+        self.assertEqual(sum(counts["512"]), counts["131072"][0], counts)
+
+    def test_profile_flame_graph_with_d(self):
+        # -p and -d: the CPU profile of the application while it works,
+        # folded and drawn; the graph's frames are the folded stacks'.
+        app = start(self, [PYTHON, "-c", textwrap.dedent("""\
+            import sys
+            sys.path.insert(0, %r)
+            import main
+            print("ready", flush=True)
+            while True:
+                main.main()
+            """ % self.top)], stdout=subprocess.PIPE)
+        self.assertEqual(app.stdout.readline(), "ready\n")
+        svg = os.path.join(self.tmp, "profile.svg")
+        folded = os.path.join(self.tmp, "profile.folded")
+        proc = self.tools("profile", "-p", str(app.pid), "-d", "8",
+                          "--svg", svg, "-o", folded, "-f", "/app/",
+                          timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        stacks = collections.Counter()
+        with open(folded) as f:
+            for line in f:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                stacks[stack] += int(count)
+        # 49 samples a second of a process that shares 2 CPUs with the
+        # tracer and whatever else runs.
+        self.assertGreater(sum(stacks.values()), 5)
+        # -f: only the stacks through the application's package.
+        self.assertEqual([stack for stack in stacks if "/app/" not in stack],
+                         [])
+        # pystack keeps the last 127 bytes of a path, after "...".
+        bulk = os.path.join(self.top, "app", "bulk.py")
+        self.assertTrue(any(re.search(r"(^|;)run_all \(\.\.\.[^;]*:\d+\)",
+                                      stack) and bulk[-100:] in stack
+                            for stack in stacks), stacks)
+        with open(svg) as f:
+            _, frames = svg_frames(f.read())
+        expected = expected_frames(stacks)
+        self.assertEqual({frame["path"]: frame["count"] for frame in frames
+                          if frame["path"]}, dict(expected))
+
+
+if __name__ == "__main__":
+    unittest.main()
