@@ -128,8 +128,10 @@ class BuildFactsTest(unittest.TestCase):
 
         def files_with(flag):
             # the units given flag itself or flag=VALUE, as paths in the
-            # source tree (Python/ceval.c)
+            # source tree (Python/ceval.c); an in-tree build (the source
+            # release's) names them relative to it already
             return sorted(os.path.relpath(name, srcdir)
+                          if os.path.isabs(name) else name
                           for name, options in units.items()
                           if any(option == flag or option.startswith(flag + "=")
                                  for option in options))
