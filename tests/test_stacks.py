@@ -118,6 +118,30 @@ def perf_script_stacks(text):
     return samples
 
 
+def start_consenting_workload(testcase, lifetime):
+    """data/stacks_workload.py under -X dtrace_stacks (the owner allows the
+    marker's trampoline), ready; it is stopped and its perf map removed at
+    the test's end.  Skips when python:stacks__enable is armed already."""
+    proc = start(testcase, [PYTHON, "-X", "dtrace_stacks", WORKLOAD,
+                            str(lifetime)],
+                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE)
+    pid = proc.pid
+
+    def remove_map():
+        stop(proc)
+        if os.path.exists(perf_map_path(pid)):
+            os.unlink(perf_map_path(pid))
+    testcase.addCleanup(remove_map)
+    testcase.assertEqual(proc.stdout.readline(), "ready %d\n" % pid)
+    armed = Semaphore(pid, "stacks__enable").value()
+    if armed:
+        testcase.skipTest("python:stacks__enable is already armed "
+                          "(semaphore %d): another tracer has a uprobe on "
+                          "every %s process" % (armed, PYTHON))
+    return proc
+
+
 class Workload:
     """data/stacks_workload.py, running until finish() or the test's end;
     its perf map is removed after it."""

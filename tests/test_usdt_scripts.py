@@ -45,7 +45,7 @@ from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
                      perf_map_entries, perf_map_path, require_bpftrace, run,
                      stapsdt_notes, start, stop)
 from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
-                         py_frame)
+                         py_frame, start_consenting_workload)
 
 USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
 
@@ -1511,23 +1511,8 @@ class PyprofileTest(UsdtScriptTestCase):
             self.skipTest("the free-threaded build has no stack trampoline "
                           "for the marker")
         # -X dtrace_stacks: the owner allows the marker's trampoline.
-        workload = start(self, [PYTHON, "-X", "dtrace_stacks",
-                                STACKS_WORKLOAD, str(self.LIFETIME_S)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+        workload = start_consenting_workload(self, self.LIFETIME_S)
         pid = workload.pid
-
-        def remove_map():
-            stop(workload)
-            if os.path.exists(perf_map_path(pid)):
-                os.unlink(perf_map_path(pid))
-        self.addCleanup(remove_map)
-        self.assertEqual(workload.stdout.readline(), "ready %d\n" % pid)
-        armed = Semaphore(pid, "stacks__enable").value()
-        if armed:
-            self.skipTest("python:stacks__enable is already armed "
-                          "(semaphore %d): another tracer has a uprobe on "
-                          "every %s process" % (armed, PYTHON))
         stacks = os.path.join(self.tmp, "stacks.txt")
         tracer = start(self, ["bpftrace", "-q", "-p", str(pid),
                               script_path("pyprofile.bt"), PYTHON, str(pid),

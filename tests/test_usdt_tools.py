@@ -24,10 +24,10 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
-                     perf_map_path, require_bpftrace, run, start, stop)
+from support import (Bpftrace, PYTHON, free_threaded, require_bpftrace,
+                     run, start)
 from test_flamegraph import svg_frames, expected_frames
-from test_stacks import CHAIN, WORKLOAD as STACKS_WORKLOAD, py_frame
+from test_stacks import CHAIN, py_frame, start_consenting_workload
 
 # Lines per generated function, and functions: more than 10,000 lines.
 BULK_LINES = 45
@@ -201,22 +201,8 @@ class NativeProfileTest(ToolsTestCase):
         if free_threaded():
             self.skipTest("the free-threaded build has no stack trampoline "
                           "for the marker")
-        workload = start(self, [PYTHON, "-X", "dtrace_stacks",
-                                STACKS_WORKLOAD, "90"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+        workload = start_consenting_workload(self, 90)
         pid = workload.pid
-
-        def remove_map():
-            stop(workload)
-            if os.path.exists(perf_map_path(pid)):
-                os.unlink(perf_map_path(pid))
-        self.addCleanup(remove_map)
-        self.assertEqual(workload.stdout.readline(), "ready %d\n" % pid)
-        armed = Semaphore(pid, "stacks__enable").value()
-        if armed:
-            self.skipTest("python:stacks__enable is already armed "
-                          "(semaphore %d)" % armed)
         folded = os.path.join(self.tmp, "native.folded")
         svg = os.path.join(self.tmp, "native.svg")
         proc = self.tools("profile", "--native", "-p", str(pid), "-d", "6",

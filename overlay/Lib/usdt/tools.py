@@ -26,6 +26,7 @@ Needs root and bpftrace.
 """
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -153,6 +154,16 @@ def script_path(name):
     return path
 
 
+def pystack_module():
+    """pystack.py, installed next to this module, as a module: its
+    forward_stdout() serves bpftrace's output here too."""
+    spec = importlib.util.spec_from_file_location(
+        "usdt._pystack", script_path("pystack.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def filter_output(text, needle):
     """The map entries of bpftrace's output whose key holds needle, with
     the lines that belong to them (a histogram's buckets)."""
@@ -211,23 +222,6 @@ def forward_stderr(pipe, out):
             out.flush()
 
 
-def forward_stdout(pipe, out):
-    """Copy bpftrace's stdout (the -c command's output) to out, but for
-    the two empty lines that bpftrace 0.17 prints when it exits."""
-    held = b""
-    while True:
-        chunk = os.read(pipe.fileno(), 65536)
-        if not chunk:
-            break
-        data = held + chunk
-        keep = len(data) - min(2, len(data) - len(data.rstrip(b"\n")))
-        out.write(data[:keep])
-        out.flush()
-        held = data[keep:]
-    out.write(held[:-2] if held.endswith(b"\n\n") else held[:0])
-    out.flush()
-
-
 def collect_stdout(pipe, lines, seen):
     """Keep bpftrace's output lines in *lines*, and set the event *seen*
     when the line ATTACHED comes."""
@@ -276,6 +270,7 @@ def run_until_done(cmd, env, seconds, capture=False, announce=None,
                 since.append(time.monotonic())
             return time.monotonic() >= since[0] + delay
     else:
+        forward_stdout = pystack_module().forward_stdout
         copiers.append(threading.Thread(target=forward_stdout,
                                         args=(proc.stdout,
                                               sys.stdout.buffer)))
