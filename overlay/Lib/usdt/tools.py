@@ -515,6 +515,9 @@ def profile_command(args):
         status, text = run_pystack(args, ["--probe", "profile:hz:%d"
                                           % args.hz, "--filter", where,
                                           "--folded"])
+    if status and not text:
+        # pystack.py said why (a free-threaded build, bpftrace's error).
+        return status
     if args.filter:
         text = filter_stacks(text, args.filter)
     if args.svg:
