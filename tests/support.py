@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import unittest
 
@@ -296,6 +297,36 @@ def ref_ctr_mismatches(binary, seconds=600):
                 and stamp and float(stamp.group(1)) >= since):
             found.append(line.strip())
     return found
+
+
+# The ground truth of the line tools: line counts of the files in TARGET's
+# directory, with sys.settrace() in every thread, as JSON {file: {line:
+# count}}; of the whole run ("all"), or of the main() that TARGET defines
+# alone ("main", as a tool attached after the imports sees it).
+# usage: PYTHON -c SETTRACE_LINES all|main TARGET
+SETTRACE_LINES = textwrap.dedent("""\
+    import collections, json, os, runpy, sys, threading
+    what, target = sys.argv[1:]
+    del sys.argv[1]
+    top = os.path.dirname(target)
+    counts = collections.defaultdict(collections.Counter)
+    def trace(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(top + os.sep):
+            return None
+        if event == "line":
+            counts[frame.f_code.co_filename][frame.f_lineno] += 1
+        return trace
+    sys.path.insert(0, top)
+    if what == "all":
+        threading.settrace_all_threads(trace)
+        runpy.run_path(target, run_name="__main__")
+    else:
+        namespace = runpy.run_path(target, run_name="reference")
+        threading.settrace_all_threads(trace)
+        namespace["main"]()
+    threading.settrace_all_threads(None)
+    print(json.dumps(counts))
+""")
 
 
 def tracer_required():

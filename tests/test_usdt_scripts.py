@@ -41,9 +41,9 @@ import unittest
 import urllib.error
 import urllib.request
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
-                     perf_map_entries, perf_map_path, require_bpftrace, run,
-                     stapsdt_notes, start, stop)
+from support import (Bpftrace, PYTHON, SETTRACE_LINES, Semaphore, TOP,
+                     free_threaded, perf_map_entries, perf_map_path,
+                     require_bpftrace, run, stapsdt_notes, start, stop)
 from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
                          py_frame, start_consenting_workload)
 
@@ -572,24 +572,6 @@ class LinesTest(UsdtScriptTestCase):
         self.assertEqual(got, expected, output)
 
 
-# Line counts per file of the workload's directory, with sys.settrace().
-SETTRACE_FILES_REFERENCE = textwrap.dedent("""\
-    import collections, json, os, runpy, sys
-    target = sys.argv[1]
-    top = os.path.dirname(target)
-    counts = collections.defaultdict(collections.Counter)
-    def trace(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(top + os.sep):
-            return None
-        if event == "line":
-            counts[frame.f_code.co_filename][frame.f_lineno] += 1
-        return trace
-    sys.settrace(trace)
-    runpy.run_path(target, run_name="__main__")
-    sys.settrace(None)
-    print(json.dumps(counts))
-""")
-
 # Modules of LinesLongPathsTest: the same code, different counts.
 LONG_PATH_MODULE = """\
 def work(n):
@@ -642,7 +624,9 @@ class LinesLongPathsTest(UsdtScriptTestCase):
 
     def test_files_kept_apart_match_settrace(self):
         main = self.application()
-        expected = json.loads(self.reference(SETTRACE_FILES_REFERENCE, main))
+        reference = run([PYTHON, "-c", SETTRACE_LINES, "all", main])
+        self.assertEqual(reference.returncode, 0, reference.stderr)
+        expected = json.loads(reference.stdout)
         self.assertEqual(len(expected), 3, expected)
         env = dict(os.environ, **self.ENV)
         proc = run(["bpftrace", "-k", "-q", "-c", "%s %s" % (PYTHON, main),

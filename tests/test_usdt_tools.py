@@ -24,8 +24,8 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, free_threaded, require_bpftrace,
-                     run, start)
+from support import (Bpftrace, PYTHON, SETTRACE_LINES, free_threaded,
+                     require_bpftrace, run, start)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, py_frame, start_consenting_workload
 
@@ -97,34 +97,6 @@ BETA = textwrap.dedent("""\
     async def tasks(n):
         return await asyncio.gather(*[step(i) for i in range(n)])
     """)
-
-# Line counts of the application's files, with sys.settrace() in every
-# thread: {file: {line: count}}; of the whole run ("all"), or of main()
-# alone ("main", as a tool attached after the imports sees it).
-SETTRACE_APP = textwrap.dedent("""\
-    import collections, json, os, runpy, sys, threading
-    what, target = sys.argv[1:]
-    del sys.argv[1]
-    top = os.path.dirname(target)
-    counts = collections.defaultdict(collections.Counter)
-    def trace(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(top + os.sep):
-            return None
-        if event == "line":
-            counts[frame.f_code.co_filename][frame.f_lineno] += 1
-        return trace
-    sys.path.insert(0, top)
-    if what == "all":
-        threading.settrace_all_threads(trace)
-        runpy.run_path(target, run_name="__main__")
-    else:
-        namespace = runpy.run_path(target, run_name="reference")
-        threading.settrace_all_threads(trace)
-        namespace["main"]()
-    threading.settrace_all_threads(None)
-    print(json.dumps(counts))
-""")
-
 
 def bulk_module():
     """250 functions of 45 lines each, and run_all() that calls them."""
@@ -273,7 +245,7 @@ class ApplicationTest(ToolsTestCase):
         self.top = top
         self.expected = {}
         for what in ("all", "main"):
-            proc = run([PYTHON, "-c", SETTRACE_APP, what, self.main])
+            proc = run([PYTHON, "-c", SETTRACE_LINES, what, self.main])
             self.assertEqual(proc.returncode, 0, proc.stderr)
             self.expected[what] = json.loads(proc.stdout)
         distinct = sum(len(lines) for lines in self.expected["main"].values())
