@@ -85,18 +85,13 @@ def build(stacks, before=()):
     if not sum(count for _, count in stacks):
         raise Error("no stacks to draw (no counts above 0)")
     root = Node("all")
-    for frames, count in stacks:
-        node = root
-        node.count += count
-        for name in frames:
-            node = node.child(name)
-            node.count += count
-    for frames, count in before:
-        node = root
-        node.before += count
-        for name in frames:
-            node = node.child(name)
-            node.before += count
+    for attribute, counted in (("count", stacks), ("before", before)):
+        for frames, count in counted:
+            node = root
+            setattr(node, attribute, getattr(node, attribute) + count)
+            for name in frames:
+                node = node.child(name)
+                setattr(node, attribute, getattr(node, attribute) + count)
     return root
 
 
