@@ -268,6 +268,23 @@ class DriverTest(unittest.TestCase):
                                  "not 'maybe'")
             self.assertFalse(os.path.exists(obj), name)
 
+    def stand_in_source(self, configure):
+        """A source tree whose configure script is *configure*."""
+        src = os.path.join(self.tmp, "src")
+        os.makedirs(src)
+        self.write_script(os.path.join(src, "configure"), configure)
+        return src
+
+    def configured(self, src, variables):
+        """tools/configure of src into a new tree with *variables* set: the
+        tree, and the lines of its usdt-configure-flags."""
+        obj = os.path.join(self.tmp, "obj")
+        proc = self.tool("configure", obj, src,
+                         env=dict(self.env, **variables))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(obj, "usdt-configure-flags")) as f:
+            return obj, f.read().splitlines()
+
     def test_loop_flags_per_optimization(self):
         # The Modules/Setup.local lines: for Python/ceval.o, -fno-tracer in
         # every build with the loop flags, and the longer dispatch-copy
@@ -276,9 +293,7 @@ class DriverTest(unittest.TestCase):
         # without the loop flags.
         # A source tree whose configure only succeeds stands in for
         # CPython's, so the line is what tools/configure itself writes.
-        src = os.path.join(self.tmp, "src")
-        os.makedirs(src)
-        self.write_script(os.path.join(src, "configure"), "exit 0\n")
+        src = self.stand_in_source("exit 0\n")
         loop = "Python/ceval.o: PY_CORE_CFLAGS += -fno-tracer"
         cases = [
             ({"OPTIMIZE": "dev"}, [loop]),
@@ -292,15 +307,10 @@ class DriverTest(unittest.TestCase):
         ]
         for variables, lines in cases:
             with self.subTest(**variables):
-                obj = os.path.join(self.tmp, "obj")
-                proc = self.tool("configure", obj, src,
-                                 env=dict(self.env, **variables))
-                self.assertEqual(proc.returncode, 0, proc.stderr)
+                obj, recorded = self.configured(src, variables)
                 with open(os.path.join(obj, "Modules", "Setup.local")) as f:
                     setup = f.read().splitlines()
                 self.assertEqual(setup[1:], ["*noconfig*"] + lines)
-                with open(os.path.join(obj, "usdt-configure-flags")) as f:
-                    recorded = f.read().splitlines()
                 self.assertEqual([line for line in recorded
                                   if line.startswith("Setup.local: ")],
                                  ["Setup.local: " + line for line in lines])
@@ -311,10 +321,7 @@ class DriverTest(unittest.TestCase):
         # 0104) applies the flags itself: none on the command line and no
         # Setup.local lines; --without-usdt-defaults when either set is
         # off, and the other given as for a pristine tree.
-        src = os.path.join(self.tmp, "src")
-        os.makedirs(src)
-        self.write_script(os.path.join(src, "configure"),
-                          "# --with-usdt-defaults\nexit 0\n")
+        src = self.stand_in_source("# --with-usdt-defaults\nexit 0\n")
         fp = "CFLAGS=-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
         cases = [
             ({}, []),
@@ -325,12 +332,7 @@ class DriverTest(unittest.TestCase):
         ]
         for variables, extra in cases:
             with self.subTest(**variables):
-                obj = os.path.join(self.tmp, "obj")
-                proc = self.tool("configure", obj, src,
-                                 env=dict(self.env, **variables))
-                self.assertEqual(proc.returncode, 0, proc.stderr)
-                with open(os.path.join(obj, "usdt-configure-flags")) as f:
-                    recorded = f.read().splitlines()
+                obj, recorded = self.configured(src, variables)
                 self.assertEqual([line for line in recorded
                                   if line.startswith(("CFLAGS", "Setup",
                                                       "--without-usdt"))],
