@@ -1321,7 +1321,8 @@ PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
                    "top-functions.bt": lambda path: path,
                    "lines.bt": lambda path: path,
                    "exceptions.bt": lambda path: path,
-                   "latency.bt": lambda path: path}
+                   "latency.bt": lambda path: path,
+                   "callpaths.bt": lambda path: path}
 
 
 # What the scripts that check their string size say they cut.
@@ -1329,7 +1330,8 @@ NOTICE_WHAT = {"lines.bt": "paths",
                "top-functions.bt": "paths and names",
                "exceptions.bt": "paths and names",
                "ccalls.bt": "names",
-               "latency.bt": "paths and names"}
+               "latency.bt": "paths and names",
+               "callpaths.bt": "paths and names"}
 
 
 def script_strlen(name):

@@ -211,6 +211,155 @@ class NativeProfileTest(ToolsTestCase):
                       proc.stderr)
 
 
+# The workload of CallPathsTest: sleeps of known length on known paths,
+# recursion, a generator resumed from two callers, and a thread.  It says
+# how long main() took, by its own clock.
+CALLPATHS_WORKLOAD = textwrap.dedent("""\
+    import threading, time
+    def leaf(seconds):
+        time.sleep(seconds)
+    def a():
+        leaf(0.2)
+    def b():
+        leaf(0.1)
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+    def numbers():
+        for i in range(3):
+            yield fib(i + 5)
+    def first(gen):
+        return next(gen)
+    def rest(gen):
+        return sum(gen)
+    def worker():
+        leaf(0.05)
+        fib(8)
+    def main():
+        a()
+        b()
+        gen = numbers()
+        first(gen)
+        rest(gen)
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    start = time.perf_counter_ns()
+    main()
+    print("main_ns", time.perf_counter_ns() - start)
+    """)
+
+# The ground truth of CallPathsTest: the call paths of the workload's
+# functions, with threading.setprofile_all_threads() (which, like the
+# probes, sees a generator's resumption as a call and its yield as a
+# return): each path from the first of its frames in the workload's file,
+# as "name (file:line)" of the def.
+SETPROFILE_PATHS = textwrap.dedent("""\
+    import json, sys, threading
+    target = sys.argv[1]
+    paths = set()
+    stacks = {}
+    def profile(frame, event, arg):
+        if event not in ("call", "return"):
+            return
+        stack = stacks.setdefault(threading.get_ident(), [])
+        if event == "return":
+            if stack:
+                stack.pop()
+            return
+        code = frame.f_code
+        stack.append((code.co_filename == target, "%s (%s:%d)" % (
+            code.co_name, code.co_filename, code.co_firstlineno)))
+        for i, (own, _) in enumerate(stack):
+            if own:
+                paths.add(";".join(name for _, name in stack[i:]))
+                break
+    with open(target) as f:
+        code = compile(f.read(), target, "exec")
+    threading.setprofile_all_threads(profile)
+    exec(code, {"__name__": "__main__"})
+    threading.setprofile_all_threads(None)
+    print(json.dumps(sorted(paths)))
+    """)
+
+
+class CallPathsTest(ToolsTestCase):
+    """latency --folded/--svg (callpaths.bt): the own wall time of each
+    function per call path, against sys.setprofile's call paths and the
+    workload's own clock."""
+
+    def test_call_paths_and_their_time(self):
+        require_bpftrace(self)
+        workload = os.path.join(self.tmp, "callpaths_workload.py")
+        with open(workload, "w") as f:
+            f.write(CALLPATHS_WORKLOAD)
+        reference = run([PYTHON, "-c", SETPROFILE_PATHS, workload])
+        self.assertEqual(reference.returncode, 0, reference.stderr)
+        expected = set(json.loads(reference.stdout.splitlines()[-1]))
+        folded = os.path.join(self.tmp, "callpaths.folded")
+        svg = os.path.join(self.tmp, "callpaths.svg")
+        proc = self.tools("latency", "--svg", svg, "-o", folded, "-c",
+                          "%s %s" % (PYTHON, workload), timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        main_ns = int(re.search(r"^main_ns (\d+)$", proc.stdout,
+                                re.M).group(1))
+        own = collections.Counter()
+        paths = set()
+        with open(folded) as f:
+            for line in f:
+                stack, _, ns = line.rstrip("\n").rpartition(" ")
+                frames = stack.split(";")
+                own[stack] += int(ns)
+                # From the first frame in the workload's file, as the
+                # reference has them.
+                for i, frame in enumerate(frames):
+                    if "(%s:" % workload in frame:
+                        paths.add(";".join(frames[i:]))
+                        break
+
+        def frame(name):
+            return "%s (%s:%d)" % (name, workload, CALLPATHS_WORKLOAD[
+                :CALLPATHS_WORKLOAD.index("def %s(" % name)].count("\n")
+                + 1)
+        module = "<module> (%s:1)" % workload
+        main = [module, frame("main")]
+
+        # Not the paths of the module's imports (the reference imported
+        # those modules before): those that start at main(), or at the
+        # thread's worker().
+        def kept(paths):
+            return sorted(path for path in paths
+                          if not path.startswith(module + ";")
+                          or path.startswith(";".join(main)))
+        self.assertEqual(kept(paths), kept(expected))
+        for path in (main + [frame("first"), frame("numbers")]
+                     + [frame("fib")] * 5,
+                     [frame("worker"), frame("leaf")]):
+            self.assertTrue(";".join(path) in paths, path)
+        # The sleeps, each on its own path, at least as long as asked.
+        for caller, seconds in (("a", 0.2), ("b", 0.1)):
+            stack = ";".join(main + [frame(caller), frame("leaf")])
+            self.assertGreaterEqual(own[stack], seconds * 1e9, own)
+            self.assertLess(own[stack], seconds * 1e9 + 0.1e9, own)
+        # main()'s time is the time of the paths under it, which the
+        # probes bracket within the workload's own clock.
+        under_main = sum(ns for stack, ns in own.items()
+                         if stack.split(";")[:2] == main)
+        self.assertLessEqual(under_main, main_ns)
+        self.assertGreater(under_main, main_ns - 5_000_000,
+                           (under_main, main_ns))
+        # The generator's resumptions, under the two callers that resumed
+        # it.
+        for caller in ("first", "rest"):
+            stack = ";".join(main + [frame(caller), frame("numbers")])
+            self.assertIn(stack, own)
+        # The graph draws those times.
+        with open(svg) as f:
+            _, frames = svg_frames(f.read())
+        self.assertEqual({tuple(frame["path"]): frame["count"]
+                          for frame in frames if frame["path"]},
+                         dict(expected_frames(own)))
+
+
 class ApplicationTest(ToolsTestCase):
     """The tools on the real-size application."""
 

@@ -26,6 +26,7 @@ Needs root and bpftrace.
 """
 
 import argparse
+import collections
 import importlib.util
 import os
 import re
@@ -64,7 +65,8 @@ TOOLS = [
     Tool("calls", "Which Python functions are called most often?",
          "top-functions.bt", 160, 65536, watched=True),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
-         "and exclusive wall time, latency histograms", "latency.bt",
+         "and exclusive wall time, latency histograms; or (--svg) a flame "
+         "graph of wall time by call path", "latency.bt",
          128, 65536, watched=True),
     Tool("lines", "Which lines of Python code run, how often?",
          "lines.bt", 200, 131072, watched=True),
@@ -346,12 +348,25 @@ def target_args(args):
 
 
 def run_script(tool, args, extra):
+    status, text = trace(tool, tool.script, args, extra)
+    if args.filter:
+        text = filter_output(text, args.filter)
+    write(args, text)
+    return status
+
+
+def trace(tool, script, args, extra, strlen=None):
+    """Run the ready script *script* for *tool*: (bpftrace's status, its
+    output without its warnings), after saying on stderr how many events
+    a full map dropped.  strlen: what the script's header asks for, if
+    not the tool's."""
     bpftrace = shutil.which("bpftrace")
     if bpftrace is None:
         raise Error("bpftrace not found (apt-get install bpftrace)")
     env = dict(os.environ)
-    if tool.strlen:
-        env["BPFTRACE_STRLEN"] = str(tool.strlen)
+    strlen = strlen or tool.strlen
+    if strlen:
+        env["BPFTRACE_STRLEN"] = str(strlen)
     keys = args.map_keys or tool.keys
     if keys:
         env["BPFTRACE_MAP_KEYS_MAX"] = str(keys)
@@ -359,8 +374,8 @@ def run_script(tool, args, extra):
         output = os.path.join(tmp, "output")
         if args.pid is not None:
             # Its output on a pipe, to see when it has attached.
-            program = os.path.join(tmp, tool.script)
-            with open(script_path(tool.script)) as f:
+            program = os.path.join(tmp, script)
+            with open(script_path(script)) as f:
                 text = f.read()
             with open(program, "w") as f:
                 f.write(text + ATTACHED_PROBE)
@@ -370,7 +385,7 @@ def run_script(tool, args, extra):
             # Its output in a file: standard output is the command's.
             # bpftrace starts the command once it has attached.
             cmd = [bpftrace, "-k", "-q", "-o", output,
-                   script_path(tool.script), args.binary, *extra,
+                   script_path(script), args.binary, *extra,
                    "-c", args.command]
         status, text = run_until_done(
             cmd, env, args.duration, capture=args.pid is not None,
@@ -385,15 +400,89 @@ def run_script(tool, args, extra):
     text, dropped = drop_warnings(text)
     # bpftrace 0.17 ends its output with empty lines.
     text = text.strip("\n") + "\n" if text.strip() else ""
-    if args.filter:
-        text = filter_output(text, args.filter)
-    write(args, text)
     if dropped:
         sys.stderr.write("usdt.tools %s: %d events dropped: a map was full "
                          "(BPFTRACE_MAP_KEYS_MAX=%s); give more with "
                          "--map-keys\n" % (tool.name, dropped,
                                            env.get("BPFTRACE_MAP_KEYS_MAX",
                                                    "4096")))
+    return status, text
+
+
+# A line of callpaths.bt's maps: @map[path hash]: value.
+CALLPATH_LINE = re.compile(r"^@(parent|file|name|line|own_ns)\[(-?\d+)\]: "
+                           r"(.*)$")
+COUNTER_LINE = re.compile(r"^@(collisions|too_deep): (\d+)$")
+
+
+def fold_callpaths(text):
+    """Folded stacks of callpaths.bt's output, weighted by own time in
+    nanoseconds, frames as pystack.py names them ("name (file:line)",
+    the line of the def); and its counters (collisions, too_deep)."""
+    maps = collections.defaultdict(dict)
+    counters = collections.Counter()
+    for line in text.splitlines():
+        match = CALLPATH_LINE.match(line)
+        if match:
+            name, key, value = match.groups()
+            # bpftrace prints the 64-bit hashes as signed integers.
+            key = int(key) & 0xffffffffffffffff
+            if name in ("parent", "line", "own_ns"):
+                value = int(value)
+                if name == "parent":
+                    value &= 0xffffffffffffffff
+            maps[name][key] = value
+            continue
+        match = COUNTER_LINE.match(line)
+        if match:
+            counters[match.group(1)] += int(match.group(2))
+    folded = collections.Counter()
+    for path, ns in maps["own_ns"].items():
+        if ns <= 0:
+            continue
+        frames = []
+        while path and len(frames) <= 128:
+            if path not in maps["parent"]:
+                frames.append("[callers lost: a map was full]")
+                break
+            frames.append("%s (%s:%s)" % (
+                maps["name"].get(path, "?"),
+                maps["file"].get(path, "?"),
+                maps["line"].get(path, "?")))
+            path = maps["parent"][path]
+        folded[";".join(frame.replace(";", ":")
+                        for frame in reversed(frames))] += ns
+    text = "".join("%s %d\n" % item for item in sorted(folded.items()))
+    return text, counters
+
+
+def callpaths_command(tool, args):
+    """latency --folded/--svg: own wall time per call path."""
+    status, text = trace(tool, "callpaths.bt", args, [], strlen=200)
+    folded, counters = fold_callpaths(text)
+    if counters["collisions"]:
+        raise Error("%d function entries had a call path hash that another "
+                    "path has: the result would merge them; nothing drawn"
+                    % counters["collisions"])
+    if counters["too_deep"]:
+        sys.stderr.write("usdt.tools latency: %d runs deeper than 128 levels "
+                         "of nesting: their time counts as their caller's "
+                         "own, at level 128\n" % counters["too_deep"])
+    if status and not folded:
+        return status
+    if args.filter:
+        folded = filter_stacks(folded, args.filter)
+    if args.svg:
+        from usdt import flamegraph
+        stacks = flamegraph.parse_folded(folded.splitlines(), "<latency>")
+        if not stacks:
+            raise Error("no Python function returned while tracing: "
+                        "nothing to draw")
+        with open(args.svg, "w") as f:
+            f.write(flamegraph.render(flamegraph.build(stacks),
+                                      "Wall time by call path (ns)"))
+    if args.folded or args.output:
+        write(args, folded)
     return status
 
 
@@ -586,6 +675,14 @@ def main(argv=None):
             sub.add_argument("--top", type=int, default=20, metavar="N",
                              help="functions shown per map but @ns "
                              "(default %(default)s)")
+            sub.add_argument("--folded", action="store_true",
+                             help="instead, the own wall time (ns) of each "
+                             "function per call path, folded, for "
+                             "flamegraph (callpaths.bt)")
+            sub.add_argument("--svg", metavar="FILE",
+                             help="instead, draw that time as a flame "
+                             "graph in FILE (-o also writes the folded "
+                             "stacks)")
         elif tool.name == "ccalls":
             sub.add_argument("--histogram", nargs=2,
                              metavar=("MODULE", "FUNCNAME"),
@@ -625,6 +722,8 @@ def main(argv=None):
             return profile_command(args)
         extra = []
         if tool.name == "latency":
+            if args.folded or args.svg:
+                return callpaths_command(tool, args)
             extra = [args.order, str(args.top)]
         elif tool.name == "ccalls" and args.histogram:
             extra = list(args.histogram)
