@@ -21,7 +21,8 @@ S := $(B)/$(SERIES)
 TARBALL := $(shell sed -n 's/^TARBALL=//p' $(PIN))
 SHA256 := $(shell sed -n 's/^SHA256=//p' $(PIN))
 PRISTINE := $(B)/pristine/$(SHA256)
-PATCH_INPUTS := $(PIN) $(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
+PATCH_INPUTS := $(PIN) $(SERIES_DIR)/loop-flags \
+	$(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
 OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
 TOOLS := tools/lib.sh
 
@@ -64,9 +65,14 @@ $(S)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 # `make -n` shows a reconfigure only when there will be one.
 $(S)/src/configure: $(S)/stamps/prepare
 	+@:
+# The same for the series' loop flags, which our tree's configure reads
+# (series/$(SERIES)/loop-flags, laid there by tools/prepare).
+LOOP_FLAGS_FILE = $(S)/src/Misc/cpython-usdt-loop-flags
+$(LOOP_FLAGS_FILE): $(S)/stamps/prepare
+	+@:
 
 configure: $(S)/obj/usdt-configure-flags
-$(S)/obj/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+$(S)/obj/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	PREFIX=$(PREFIX) tools/configure $(S)/obj $(CURDIR)/$(S)/src
 
 # Record PREFIX so that changing it reconfigures.  The stamp is out of date
@@ -101,7 +107,7 @@ release: deps $(S)/release/usdt-configure-flags
 	   [ $(S)/stamps/prepare -nt $(S)/release/profile-run-stamp ]; then \
 		$(MAKE) -C $(S)/release profile-removal; fi
 	$(call make_tree,$(S)/release)
-$(S)/release/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+$(S)/release/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(S)/release $(CURDIR)/$(S)/src
 
 # The README's test command, tools/check-all: build facts, our tests,
@@ -141,14 +147,15 @@ check-regrtest-armed-full: build
 
 # Trees of build/pristine, which tools/prepare makes once per tarball:
 # they do not depend on our patches or overlay.
-PRISTINE_INPUTS = $(B)/dl/$(TARBALL) tools/configure | $(S)/stamps/prepare
+PRISTINE_INPUTS = $(B)/dl/$(TARBALL) $(SERIES_DIR)/loop-flags tools/configure \
+	| $(S)/stamps/prepare
 
 $(S)/pristine-obj/python: $(PRISTINE_INPUTS)
 	PREFIX=$(PREFIX) tools/configure $(S)/pristine-obj $(CURDIR)/$(PRISTINE)
 	$(MAKE) -C $(S)/pristine-obj -j$(NPROC)
 
 # The free-threaded (--disable-gil) build of the same tree, and its tests.
-$(S)/obj-ft/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+$(S)/obj-ft/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(S)/obj-ft $(CURDIR)/$(S)/src
 
 check-freethreading: deps $(S)/obj-ft/usdt-configure-flags
@@ -174,7 +181,7 @@ check-dist: dist
 # the probes, and the installed python3 finds it through its run path.
 shared: deps $(S)/obj-shared/usdt-configure-flags
 	$(call make_tree,$(S)/obj-shared)
-$(S)/obj-shared/usdt-configure-flags: $(S)/src/configure tools/configure $(S)/stamps/prefix
+$(S)/obj-shared/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	SHARED=yes PREFIX=$(PREFIX) tools/configure $(S)/obj-shared $(CURDIR)/$(S)/src
 
 install-shared: shared

@@ -9,6 +9,7 @@ the real build so that no test downloads anything.
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -338,6 +339,35 @@ class DriverTest(unittest.TestCase):
                                                       "--without-usdt"))],
                                  extra)
                 shutil.rmtree(obj)
+
+
+    def test_loop_flags_are_the_series(self):
+        # Our tree's configure reads the loop flags from the tree
+        # (Misc/cpython-usdt-loop-flags, the series' file): they are
+        # recorded, and a change of them starts the tree afresh, as a
+        # change of the flags on the command line does.
+        src = self.stand_in_source("# --with-usdt-defaults\n"
+                                   "touch Makefile config.status\n")
+        os.makedirs(os.path.join(src, "Misc"))
+        flags = os.path.join(src, "Misc", "cpython-usdt-loop-flags")
+        with open(os.path.join(TOP, "series", "3.13", "loop-flags")) as f:
+            series = f.read()
+        with open(flags, "w") as f:
+            f.write(series)
+        obj, recorded = self.configured(src, {})
+        self.assertEqual([line for line in recorded
+                          if line.startswith("loop-flags: ")],
+                         ["loop-flags: " + line
+                          for line in series.splitlines()
+                          if re.match(r"[A-Z_]+=", line)])
+        self.assertIn("loop-flags: CEVAL=-fno-tracer", recorded)
+        with open(flags, "w") as f:
+            f.write(series.replace("CEVAL=-fno-tracer", "CEVAL="))
+        proc = self.tool("configure", obj, src, env=self.env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("configure flags changed: emptying", proc.stderr)
+        with open(os.path.join(obj, "usdt-configure-flags")) as f:
+            self.assertIn("loop-flags: CEVAL=\n", f.read())
 
 
 class MakefileOrderTest(unittest.TestCase):

@@ -47,6 +47,15 @@ load_pin() {
     PRISTINE=$BUILD/pristine/$PIN_SHA256
 }
 
+# loop_flag NAME: the value of NAME in series/$SERIES/loop-flags (empty
+# where it has none); stops when the series has no such file.
+loop_flag() {
+    local file=$SERIES_DIR/loop-flags
+    [ -f "$file" ] || die "$file does not exist: every series names its loop \
+flags there (docs/layout.md)"
+    sed -n "s/^$1=//p" "$file"
+}
+
 # verify_sha256 FILE EXPECTED: stop with a clear message on a mismatch.
 verify_sha256() {
     local file=$1 expected=$2 found

@@ -10,14 +10,14 @@ dnl
 dnl   - frame pointers in CFLAGS, so that perf -g, bpftrace's ustack and gdb
 dnl     walk native stacks through the interpreter without DWARF; CFLAGS also
 dnl     reach sysconfig and C extensions built for this interpreter;
-dnl   - -fno-gcse for the interpreter's own files (CFLAGS_NODIST): with
-dnl     frame pointers, GCC's GCSE leaves the loop's `frame` in memory;
-dnl   - for Python/ceval.o (USDT_CEVAL_CFLAGS): -fno-tracer, and with PGO a
-dnl     longer limit for copying the dispatch and GCC's priority register
-dnl     allocator; with PGO, that allocator for Modules/_sre/sre.o too
-dnl     (USDT_SRE_CFLAGS).
+dnl   - the loop flags, read when configure runs from
+dnl     Misc/cpython-usdt-loop-flags (the series' own, laid there by
+dnl     tools/prepare): for the interpreter's own files (CFLAGS_NODIST:
+dnl     -fno-gcse in 3.13: with frame pointers, GCC's GCSE leaves the loop's
+dnl     `frame` in memory), for Python/ceval.o (USDT_CEVAL_CFLAGS, and more
+dnl     with PGO) and, with PGO, for Modules/_sre/sre.o (USDT_SRE_CFLAGS).
 dnl
-dnl The GCC-only flags are given to GCC only.
+dnl The loop flags are GCC's, and given to GCC only.
 AC_DEFUN([CPYTHON_USDT_DEFAULTS], [
 AC_MSG_CHECKING([for --with-usdt-defaults])
 AC_ARG_WITH([usdt-defaults],
@@ -35,11 +35,14 @@ AS_IF([test "$with_usdt_defaults" = yes], [
   AX_CHECK_COMPILE_FLAG([-mno-omit-leaf-frame-pointer],
     [CFLAGS="$CFLAGS -mno-omit-leaf-frame-pointer"], [], [-Werror])
   AS_IF([test "$ac_cv_cc_name" = gcc], [
-    CFLAGS_NODIST="$CFLAGS_NODIST -fno-gcse"
-    USDT_CEVAL_CFLAGS="-fno-tracer"
+    usdt_loop_flags="$srcdir/Misc/cpython-usdt-loop-flags"
+    AS_IF([test -f "$usdt_loop_flags"], [],
+      [AC_MSG_ERROR([$usdt_loop_flags is missing (cpython-usdt's loop flags); --without-usdt-defaults builds without them])])
+    CFLAGS_NODIST="$CFLAGS_NODIST `sed -n 's/^NODIST=//p' "$usdt_loop_flags"`"
+    USDT_CEVAL_CFLAGS=`sed -n 's/^CEVAL=//p' "$usdt_loop_flags"`
     AS_IF([test "$Py_OPT" = true], [
-      USDT_CEVAL_CFLAGS="$USDT_CEVAL_CFLAGS --param max-goto-duplication-insns=30 -fira-algorithm=priority"
-      USDT_SRE_CFLAGS="-fira-algorithm=priority"
+      USDT_CEVAL_CFLAGS="$USDT_CEVAL_CFLAGS `sed -n 's/^CEVAL_PGO=//p' "$usdt_loop_flags"`"
+      USDT_SRE_CFLAGS=`sed -n 's/^SRE_PGO=//p' "$usdt_loop_flags"`
     ])
   ])
 ])
