@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 # The layouts of _Py_DebugOffsets (Include/internal/pycore_runtime.h) that
 # this tool reads, by the (major, minor) version its first field gives:
@@ -83,6 +84,9 @@ DEBUG_OFFSETS = {(3, 13): [
 COOKIE = b"xdebugpy"
 
 DEFAULT_MAX_DEPTH = 64
+# Native frames per stack (--native): bpftrace's ustack keeps at most
+# kernel.perf_event_max_stack, 127 by default.
+DEFAULT_MAX_NATIVE = 127
 # Location-table entries decoded per hit, all frames together.  The
 # kernel's verifier checks each iteration of the decoding loop: 1000 take
 # about 650,000 of its 1,000,000 instructions and 2 s to load; about 1,600
@@ -269,14 +273,22 @@ PROGRAM = r"""
  *
  * Prints records, which pystack.py --read FILE turns into counts; a hit
  * is identified by its thread id and the time it began ("event"):
- *   PYSTACK S tid event depth 0 length name       (its last STRLEN - 1 bytes)
- *   PYSTACK S tid event depth 1 length filename   (the same)
- *   PYSTACK D tid event frames more               (more: frames left out)
+ *   PYSTACK S tid event depth 0 entry length name (its last STRLEN - 1 bytes)
+ *   PYSTACK S tid event depth 1 entry length filename   (the same)
+ *   PYSTACK D tid event frames more top           (more: frames left out)
+ *   PYSTACK N tid event pid bias                  (--native: then the
+ *                                                  native stack, a line
+ *                                                  per frame; bias: the
+ *                                                  interpreter's load bias)
  *   PYSTACK L tid event depth line                (-1: no line)
  *   PYSTACK Z tid event status                    (0; 1: not this Python,
  *                                                  2: no thread state)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
- * and has no UTF-8 copy.
+ * and has no UTF-8 copy.  Entry 1: the frame before this one is an
+ * entry frame, owned by the C stack, which an activation of the
+ * evaluator pushes first: this frame is the outermost that activation
+ * runs.  Top 1: the thread's current frame is such an entry frame (an
+ * activation that runs no frame yet).
  * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
  */
 MACROS
@@ -286,6 +298,7 @@ FILTER
 {
 	$task = (struct task_struct *)curtask;
 	$event = nsecs;
+NATIVE
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
@@ -335,6 +348,7 @@ FILTER
 	$frame = *uptr((uint64 *)($tstate + TS_CURRENT_FRAME));
 	$cstack = ((uint64)(*uptr((uint8 *)($frame + FR_OWNER)) ^
 	    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+	$top = $cstack;
 	$frame += $cstack * (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
 	$depth = (uint64)0;
 	$field = (uint64)0;
@@ -360,13 +374,13 @@ FILTER
 		$over = ((uint64)(STRLEN - 1) - $length) >> 63;
 		$over &= 1 - $missing;
 		$data += $over * ($length - (uint64)(STRLEN - 1));
-		printf("PYSTACK S %d %lu %d %d %ld %s\n", tid, $event, $depth,
-		       $field, (int64)$length, str(uptr($data)));
-		/* after the file, the previous frame (and the one before it
-		 * if the C stack owns it) */
+		/* the previous frame (and the one before it if the C stack
+		 * owns it), which the frame's file moves to */
 		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
 		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
 		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+		printf("PYSTACK S %d %lu %d %d %d %ld %s\n", tid, $event, $depth,
+		       $field, $cstack, (int64)$length, str(uptr($data)));
 		$previous += $cstack *
 		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
 		$frame += $field * ($previous - $frame);
@@ -377,7 +391,8 @@ FILTER
 	$stop = $frame;
 	/* Nothing below reads $depth: loop 1 made the verifier track its
 	 * exact value, which would make it check loop 2 once per depth. */
-	printf("PYSTACK D %d %lu %d %d\n", tid, $event, $depth, $more);
+	printf("PYSTACK D %d %lu %d %d %d\n", tid, $event, $depth, $more,
+	       $top);
 
 	/* Lines: PyCode_Addr2Line(code, instr_ptr - code's first instruction)
 	 * of each frame, walking its location table (Objects/locations.md)
@@ -515,6 +530,9 @@ def macros(interp, args):
         ("MAX_INTERPRETERS", 8, ""),
         ("MAX_THREADS", args.max_threads, "thread states per interpreter"),
     ]
+    if getattr(args, "native", False):
+        values.append(("MAX_NATIVE", args.max_native,
+                       "native frames kept (ustack)"))
     lines = []
     for name, value, comment in values:
         line = "#define %-22s %s" % (name, value)
@@ -540,6 +558,15 @@ def program(interp, args, probes):
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
+    native = ""
+    if getattr(args, "native", False):
+        # The native stack first, from the frame pointers: bpftrace keeps
+        # its stack id and prints it with the records.
+        native = ("\t/* the native stack, from the frame pointers */\n"
+                  "\tprintf(\"PYSTACK N %d %lu %d %lu%s\\n\", tid, $event, "
+                  "pid,\n\t    $task->mm->start_code - TEXT_VADDR, "
+                  "ustack(perf, MAX_NATIVE));\n")
+    text = text.replace("NATIVE\n", native, 1)
     return text
 
 
@@ -561,8 +588,13 @@ class Event:
         self.names = {}
         self.files = {}
         self.lines = {}
+        self.entries = set()
         self.depth = None
         self.more = 0
+        self.top = 0
+        self.pid = None
+        self.bias = None
+        self.native = None
 
 
 def decode(length, text, strlen):
@@ -573,17 +605,24 @@ def decode(length, text, strlen):
     return text
 
 
-def parse(lines, strlen):
+def parse(lines, strlen, symbolizer=None, max_native=None):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
     counts as a stack of one pseudo-frame that says why.  A frame's line
     is -1 when its instruction has no line, None when it was not decoded.
+    The records of --native add the native stack, which merge() puts
+    together with the Python frames.
     """
     events = {}
     stacks = collections.Counter()
     notes = collections.Counter()
+    native = None
     for line in lines:
+        if native is not None and line.startswith("\t"):
+            native.append(line.strip())
+            continue
+        native = None
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
             if lost:
@@ -591,79 +630,305 @@ def parse(lines, strlen):
                       "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
                       "64)"] += int(lost.group(1))
             continue
-        fields = line.rstrip("\n").split(" ", 7)
+        fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
         event = events.setdefault(key, Event())
         if kind == "S":
             strings = event.files if fields[5] == "1" else event.names
-            strings[int(fields[4])] = decode(int(fields[6]), fields[7],
+            strings[int(fields[4])] = decode(int(fields[7]), fields[8],
                                              strlen)
+            if fields[6] == "1":
+                event.entries.add(int(fields[4]))
         elif kind == "D":
             event.depth, event.more = int(fields[4]), int(fields[5])
+            event.top = int(fields[6])
         elif kind == "L":
             event.lines[int(fields[4])] = int(fields[5])
+        elif kind == "N":
+            event.pid, event.bias = int(fields[4]), int(fields[5])
+            event.native = native = []
         elif kind == "Z":
             del events[key]
             status = int(fields[4])
             if status != 0 or event.depth is None:
                 reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                stacks[(Frame(reason, "", None),)] += 1
-                continue
-            if event.depth == 0:
-                stacks[(Frame(NO_FRAMES, "", None),)] += 1
-                continue
-            frames = []
-            for depth in range(event.depth):
-                frames.append(Frame(event.names.get(depth, "?"),
-                                    event.files.get(depth, "?"),
-                                    event.lines.get(depth)))
-                if depth not in event.lines:
-                    notes["frames without a line: the hit's stack has more "
-                          "location-table entries than --max-entries"] += 1
-            if event.more:
-                frames.append(Frame(TRUNCATED, "", None))
-                notes["stacks cut at --max-depth frames"] += 1
+                frames = [Frame(reason, "", None)]
+                segments = []
+            else:
+                frames, segments = python_frames(event, notes)
+            if event.native is not None:
+                frames = merge(native_frames(event, symbolizer, notes,
+                                             max_native),
+                               segments, event.more, notes) + (
+                    frames if not segments else [])
             stacks[tuple(frames)] += 1
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
     return stacks, notes
 
 
-def frame_text(frame):
+def python_frames(event, notes):
+    """The hit's Python frames, innermost first, and the same frames cut
+    into segments, one per activation of the evaluator, innermost first."""
+    if event.depth == 0:
+        return [Frame(NO_FRAMES, "", None)], []
+    frames = []
+    segments = [[]] if event.top else []
+    segment = []
+    for depth in range(event.depth):
+        frame = Frame(event.names.get(depth, "?"),
+                      event.files.get(depth, "?"),
+                      event.lines.get(depth))
+        frames.append(frame)
+        segment.append(frame)
+        if depth in event.entries:
+            segments.append(segment)
+            segment = []
+        if depth not in event.lines:
+            notes["frames without a line: the hit's stack has more "
+                  "location-table entries than --max-entries"] += 1
+    if segment:
+        segments.append(segment)
+    if event.more:
+        frames.append(Frame(TRUNCATED, "", None))
+        notes["stacks cut at --max-depth frames"] += 1
+    return frames, segments
+
+
+# --------------------------------------------------------- native frames
+
+NativeFrame = collections.namedtuple("NativeFrame", "symbol library")
+
+EVALUATOR = ("_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold")
+NATIVE_TRUNCATED = "[more native frames]"
+UNWIND_LOST = "[native frames lost]"
+UNKNOWN = "[unknown]"
+
+
+def native_frames(event, symbolizer, notes, max_native):
+    """The hit's native frames, innermost first, from bpftrace's
+    ustack(perf) lines "ADDRESS SYMBOL+OFFSET (MODULE)"; an address that
+    bpftrace could not name (the process had exited) is named from the
+    process's mappings, if they were read while it ran."""
+    frames = []
+    for text in event.native:
+        match = re.match(r"([0-9a-f]+) (.*) \((.*)\)$", text)
+        if not match:
+            continue
+        address = int(match.group(1), 16)
+        symbol = re.sub(r"\+\d+$", "", match.group(2))
+        library = match.group(3)
+        if library == UNKNOWN or symbol.startswith("0x"):
+            found = None
+            if symbolizer is not None:
+                found = symbolizer.lookup(event.pid, address, event.bias)
+            if found is not None:
+                symbol, library = found
+                notes["native frames named from the mappings read while "
+                      "the process ran (it had exited when bpftrace "
+                      "printed them)"] += 1
+            else:
+                symbol = UNKNOWN
+        frames.append(NativeFrame(symbol, library))
+    if max_native is not None and len(event.native) >= max_native:
+        frames.append(NativeFrame(NATIVE_TRUNCATED, ""))
+        notes["native stacks cut at --max-native frames"] += 1
+    return frames
+
+
+def is_trampoline(frame):
+    """A frame of the perf trampoline (-X perf, stacks__enable): code in
+    anonymous memory, named py:: from the perf map when there is one."""
+    return frame.symbol.startswith("py::") or (
+        frame.library == UNKNOWN or frame.library.startswith("["))
+
+
+def merge(native, segments, python_cut, notes):
+    """The native frames with each activation of the evaluator replaced by
+    the Python frames it runs, innermost first.
+
+    The activations pair with the segments from the outermost one, whose
+    frames the unwinder never misses; when a stack was cut (native frames
+    past --max-native, Python frames past --max-depth) they pair from
+    the innermost one.  A trampoline frame, the caller of an activation,
+    is left out: its Python frame is the segment's outermost.
+    """
+    kept = []
+    for i, frame in enumerate(native):
+        if (i > 0 and native[i - 1].symbol in EVALUATOR
+                and frame.symbol not in EVALUATOR and is_trampoline(frame)):
+            notes["trampoline frames left out (-X perf or stacks__enable): "
+                  "their Python frame is there"] += 1
+            continue
+        kept.append(frame)
+    activations = [i for i, frame in enumerate(kept)
+                   if frame.symbol in EVALUATOR]
+    native_cut = bool(kept) and kept[-1].symbol == NATIVE_TRUNCATED
+    pairs = {}
+    n, m = len(activations), len(segments)
+    if native_cut or python_cut:
+        for k in range(min(n, m)):
+            pairs[activations[k]] = [segments[k]]
+        left = segments[n:]
+    else:
+        for k in range(1, min(n, m) + 1):
+            pairs[activations[n - k]] = [segments[m - k]]
+        left = segments[:m - n] if m > n else []
+        if left and pairs:
+            innermost = activations[n - min(n, m)]
+            pairs[innermost] = left + [[Frame(UNWIND_LOST, "", None)]] + \
+                pairs[innermost]
+            notes["stacks with more Python activations than native "
+                  "evaluator frames (an unwinding that missed frames)"] += 1
+            left = []
+    if n > m:
+        notes["evaluator frames without Python frames (kept as native "
+              "frames)"] += 1
+    frames = []
+    for i, frame in enumerate(kept):
+        if i in pairs and any(pairs[i]):
+            for segment in pairs[i]:
+                frames.extend(segment)
+        else:
+            frames.append(frame)
+        if python_cut and activations and m and i == activations[
+                min(n, m) - 1]:
+            frames.append(Frame(TRUNCATED, "", None))
+            python_cut = False
+    for segment in left:
+        frames.extend(segment)
+    if python_cut and m:
+        frames.append(Frame(TRUNCATED, "", None))
+    return frames
+
+
+class Symbolizer:
+    """Names native addresses from the mappings of the traced processes,
+    read while they run, and the symbol tables of their files."""
+
+    def __init__(self, interpreter=None):
+        self.maps = {}
+        self.tables = {}
+        self.interpreter = interpreter
+
+    def snapshot(self, pid, must_map=None):
+        try:
+            with open("/proc/%d/maps" % pid) as f:
+                text = f.read()
+        except OSError:
+            return
+        if must_map and must_map not in text:
+            return
+        entries = []
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 5 or "x" not in parts[1]:
+                continue
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5] if len(parts) > 5 else ""
+            entries.append((start, end, int(parts[2], 16), path))
+        self.maps[pid] = entries
+
+    def lookup(self, pid, address, bias=None):
+        for start, end, offset, path in self.maps.get(pid, ()):
+            if start <= address < end:
+                if not path.startswith("/"):
+                    return UNKNOWN, path or "[anon]"
+                return self._symbol(path, address - start + offset), path
+        if self.interpreter and bias is not None:
+            # Not mapped, or mapped too late: the interpreter's own code
+            # is at its load bias, which the record gives.
+            symbol = self._symbol(self.interpreter, address - bias,
+                                  vaddr=True)
+            if symbol != UNKNOWN:
+                return symbol, self.interpreter
+        return None
+
+    def _symbol(self, path, where, vaddr=False):
+        """The function at file offset where (a virtual address if
+        vaddr) of the ELF file path."""
+        table = self.tables.get(path)
+        if table is None:
+            table = self.tables[path] = self._table(path)
+        segments, starts, symbols = table
+        if not vaddr:
+            for offset, start, size in segments:
+                if offset <= where < offset + size:
+                    where += start - offset
+                    break
+            else:
+                return UNKNOWN
+        vaddr = where
+        import bisect
+        i = bisect.bisect_right(starts, vaddr) - 1
+        if i >= 0 and vaddr < symbols[i][0] + symbols[i][1]:
+            return symbols[i][2]
+        return UNKNOWN
+
+    @staticmethod
+    def _table(path):
+        try:
+            elf = Elf(path)
+        except (OSError, Error):
+            return [], [], []
+        segments = [(offset, vaddr, filesz)
+                    for ptype, _, offset, vaddr, _, filesz, _, _
+                    in elf.segments if ptype == PT_LOAD]
+        functions = {}
+        for name, (value, size, stype) in elf.symbols().items():
+            if stype == 2 and size:  # STT_FUNC
+                functions.setdefault(value, (value, size, name))
+        symbols = sorted(functions.values())
+        return segments, [symbol[0] for symbol in symbols], symbols
+
+
+def frame_text(frame, native=False):
+    """A frame as printed: NAME (FILE:LINE), py::NAME (FILE:LINE) among
+    native frames, and a native one SYMBOL (LIBRARY'S FILE NAME)."""
+    if isinstance(frame, NativeFrame):
+        if not frame.library:
+            return frame.symbol
+        return "%s (%s)" % (frame.symbol, os.path.basename(frame.library))
     if not frame.filename:
         return frame.name
     line = {None: "?", -1: "-"}.get(frame.line, frame.line)
-    return "%s (%s:%s)" % (frame.name, frame.filename, line)
+    return "%s%s (%s:%s)" % ("py::" if native else "", frame.name,
+                             frame.filename, line)
 
 
 def stack_order(item):
     """Sort key of a (stack, count) item: the most frequent first, then by
     frames.  A frame's line is None when it was not decoded: it sorts
-    before every line, as -2, for None and int do not compare."""
+    before every line, as -2, for None and int do not compare; a native
+    frame has none, -3."""
     stack, count = item
-    return (-count, [(frame.name, frame.filename,
-                      -2 if frame.line is None else frame.line)
+    return (-count, [(frame[0], frame[1],
+                      -3 if isinstance(frame, NativeFrame)
+                      else -2 if frame.line is None else frame.line)
                      for frame in stack])
 
 
-def print_counts(stacks, out):
+def print_counts(stacks, out, native=False):
     for stack, count in sorted(stacks.items(), key=stack_order):
         out.write("%d\n" % count)
         for frame in stack:
-            out.write("    %s\n" % frame_text(frame))
+            out.write("    %s\n" % frame_text(frame, native))
         out.write("\n")
 
 
-def print_folded(stacks, out):
+def print_folded(stacks, out, native=False):
     folded = collections.Counter()
     for stack, count in stacks.items():
-        names = [frame_text(frame).replace(";", ":") for frame in stack]
+        names = [frame_text(frame, native).replace(";", ":")
+                 for frame in stack]
         folded[";".join(reversed(names))] += count
     for line, count in sorted(folded.items()):
         out.write("%s %d\n" % (line, count))
 
 
 def print_json(stacks, out):
+    """Python frames are {"name", "filename", "line"}, native ones
+    {"symbol", "library"}."""
     rows = [{"count": count,
              "frames": [f._asdict() for f in stack]}
             for stack, count in sorted(stacks.items(), key=stack_order)]
@@ -671,14 +936,17 @@ def print_json(stacks, out):
     out.write("\n")
 
 
-def report(lines, args, out):
-    stacks, notes = parse(lines, args.strlen)
+def report(lines, args, out, symbolizer=None):
+    stacks, notes = parse(lines, args.strlen, symbolizer,
+                          getattr(args, "max_native", None))
+    native = getattr(args, "native", False) or any(
+        isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:
-        print_folded(stacks, out)
+        print_folded(stacks, out, native)
     elif args.json:
         print_json(stacks, out)
     else:
-        print_counts(stacks, out)
+        print_counts(stacks, out, native)
     for note, count in sorted(notes.items()):
         sys.stderr.write("pystack: %d %s\n" % (count, note))
 
@@ -739,12 +1007,16 @@ def forward_stderr(pipe, out, copy):
             out.flush()
 
 
-def run_bpftrace(text, args):
+def run_bpftrace(text, args, interp_path=None):
     bpftrace = shutil.which("bpftrace")
     if bpftrace is None:
         raise Error("bpftrace not found (apt-get install bpftrace)")
     env = dict(os.environ)
     env["BPFTRACE_STRLEN"] = str(args.strlen)
+    if args.native:
+        # One symbol table per process: bpftrace 0.17 otherwise reads the
+        # binaries' symbols again for each stack.
+        env["BPFTRACE_CACHE_USER_SYMBOLS"] = "1"
     if args.save:
         output = args.save
     else:
@@ -773,6 +1045,13 @@ def run_bpftrace(text, args):
                              args=(proc.stdout, sys.stdout.buffer)),
             threading.Thread(target=forward_stderr,
                              args=(proc.stderr, sys.stderr.buffer, stderr))]
+        symbolizer = None
+        if args.native:
+            symbolizer = Symbolizer(interp_path)
+            threads.append(threading.Thread(
+                target=watch_mappings,
+                args=(proc, args.pid, symbolizer, interp_path),
+                daemon=True))
         for thread in threads:
             thread.start()
         while True:
@@ -800,7 +1079,31 @@ def run_bpftrace(text, args):
                         % (proc.returncode,
                            bpftrace_errors("".join(stderr))
                            or "no error message"))
-        return lines, proc.returncode, output
+        return lines, proc.returncode, output, symbolizer
+
+
+def watch_mappings(bpftrace, pid, symbolizer, interpreter):
+    """Read the mappings of the traced process while it runs (PID, or
+    the command that bpftrace runs, once it is the interpreter), for the
+    native addresses that bpftrace prints after the process is gone:
+    every 20 ms until they are read once, then every second."""
+    while bpftrace.poll() is None:
+        pids = [pid] if pid is not None else children(bpftrace.pid)
+        for child in pids:
+            symbolizer.snapshot(child, None if pid is not None
+                                else interpreter)
+        time.sleep(1.0 if symbolizer.maps else 0.02)
+
+
+def children(pid):
+    found = []
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                found.extend(int(word) for word in f.read().split())
+    except OSError:
+        pass
+    return found
 
 
 def main(argv=None):
@@ -833,6 +1136,13 @@ def main(argv=None):
     parser.add_argument("--co-name", action="store_true",
                         help="name frames by co_name, as tracebacks do "
                         "(default: co_qualname)")
+    parser.add_argument("--native", action="store_true",
+                        help="whole stacks: the native frames (frame "
+                        "pointers), each activation of the evaluator "
+                        "replaced by the Python frames it runs")
+    parser.add_argument("--max-native", type=int, default=DEFAULT_MAX_NATIVE,
+                        help="native frames kept per stack with --native, "
+                        "innermost first (default %(default)s)")
     parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH,
                         help="frames kept per stack, innermost first "
                         "(default %(default)s)")
@@ -862,12 +1172,19 @@ def main(argv=None):
     try:
         if args.read:
             with open(args.read, encoding="utf-8", errors="replace") as f:
-                report(f.readlines(), args, sys.stdout)
+                # --python names the interpreter's native frames that
+                # bpftrace could not name.
+                report(f.readlines(), args, sys.stdout,
+                       Symbolizer(os.path.realpath(args.python))
+                       if args.python else None)
             return 0
         if not args.probe:
             parser.error("--probe is required")
         if not 1 <= args.max_depth <= 512:
             parser.error("--max-depth must be 1 to 512")
+        if not 1 <= args.max_native <= 127:
+            parser.error("--max-native must be 1 to 127 (the kernel's "
+                         "perf_event_max_stack)")
         if not 2 <= args.strlen <= 200:
             parser.error("--strlen must be 2 to 200")
         python = resolve_python(args)
@@ -877,9 +1194,10 @@ def main(argv=None):
         if args.print_program:
             sys.stdout.write(text)
             return 0
-        lines, status, records = run_bpftrace(text, args)
+        lines, status, records, symbolizer = run_bpftrace(text, args,
+                                                           interp.path)
         try:
-            report(lines, args, sys.stdout)
+            report(lines, args, sys.stdout, symbolizer)
         except BaseException:
             sys.stderr.write("pystack: the records of this run are in %s: "
                              "count them again with --read %s\n"
