@@ -707,9 +707,15 @@ UNKNOWN = "[unknown]"
 
 def native_frames(event, symbolizer, notes, max_native):
     """The hit's native frames, innermost first, from bpftrace's
-    ustack(perf) lines "ADDRESS SYMBOL+OFFSET (MODULE)"; an address that
-    bpftrace could not name (the process had exited) is named from the
-    process's mappings, if they were read while it ran."""
+    ustack(perf) lines "ADDRESS SYMBOL+OFFSET (MODULE)".
+
+    An address is named from the process's mappings, read while it ran,
+    and the symbol tables of its files: bpftrace 0.17 names one address
+    by any of its aliases (__write or __GI___write), which would split
+    one stack in two, and cannot name it once the process has exited.
+    bpftrace's name serves where the mappings do not (a library mapped
+    after they were read, the perf map's py:: names of anonymous code).
+    """
     frames = []
     for text in event.native:
         match = re.match(r"([0-9a-f]+) (.*) \((.*)\)$", text)
@@ -718,17 +724,17 @@ def native_frames(event, symbolizer, notes, max_native):
         address = int(match.group(1), 16)
         symbol = re.sub(r"\+\d+$", "", match.group(2))
         library = match.group(3)
-        if library == UNKNOWN or symbol.startswith("0x"):
-            found = None
-            if symbolizer is not None:
-                found = symbolizer.lookup(event.pid, address, event.bias)
-            if found is not None:
-                symbol, library = found
-                notes["native frames named from the mappings read while "
-                      "the process ran (it had exited when bpftrace "
-                      "printed them)"] += 1
-            else:
-                symbol = UNKNOWN
+        if symbol.startswith("0x"):
+            symbol = UNKNOWN
+        found = None
+        if symbolizer is not None:
+            found = symbolizer.lookup(event.pid, address, event.bias)
+        if found is not None and (found[0] != UNKNOWN or symbol == UNKNOWN):
+            symbol, library = found
+        elif library == UNKNOWN and symbol == UNKNOWN:
+            notes["native frames not named (their library was mapped "
+                  "after its mappings were read, or they are not code)"] \
+                += 1
         frames.append(NativeFrame(symbol, library))
     if max_native is not None and len(event.native) >= max_native:
         frames.append(NativeFrame(NATIVE_TRUNCATED, ""))
@@ -875,11 +881,34 @@ class Symbolizer:
                     for ptype, _, offset, vaddr, _, filesz, _, _
                     in elf.segments if ptype == PT_LOAD]
         functions = {}
-        for name, (value, size, stype) in elf.symbols().items():
+        symbols = elf.symbols()
+        debug = Symbolizer._debug_file(elf)
+        if debug is not None:
+            # The separate debug file (libc6-dbg for glibc) names the
+            # functions that the library's own .dynsym leaves out.
+            symbols.update(debug.symbols())
+        for name, (value, size, stype) in sorted(symbols.items()):
             if stype == 2 and size:  # STT_FUNC
                 functions.setdefault(value, (value, size, name))
         symbols = sorted(functions.values())
         return segments, [symbol[0] for symbol in symbols], symbols
+
+    @staticmethod
+    def _debug_file(elf):
+        """The ELF file that /usr/lib/debug has for elf's build id."""
+        note = elf.section(".note.gnu.build-id")
+        if note is None:
+            return None
+        namesz, descsz, _ = struct.unpack_from("<III", elf.data,
+                                               note["offset"])
+        start = note["offset"] + 12 + ((namesz + 3) & ~3)
+        build_id = elf.data[start:start + descsz].hex()
+        path = "/usr/lib/debug/.build-id/%s/%s.debug" % (build_id[:2],
+                                                         build_id[2:])
+        try:
+            return Elf(path)
+        except (OSError, Error):
+            return None
 
 
 def frame_text(frame, native=False):
@@ -1085,14 +1114,16 @@ def run_bpftrace(text, args, interp_path=None):
 def watch_mappings(bpftrace, pid, symbolizer, interpreter):
     """Read the mappings of the traced process while it runs (PID, or
     the command that bpftrace runs, once it is the interpreter), for the
-    native addresses that bpftrace prints after the process is gone:
-    every 20 ms until they are read once, then every second."""
+    native addresses that bpftrace prints after the process is gone, and
+    the libraries it maps as it goes: every 50 ms for a command, which
+    may be short-lived (the dynamic loader maps its libraries after the
+    interpreter), every 500 ms for a process that runs already."""
     while bpftrace.poll() is None:
         pids = [pid] if pid is not None else children(bpftrace.pid)
         for child in pids:
             symbolizer.snapshot(child, None if pid is not None
                                 else interpreter)
-        time.sleep(1.0 if symbolizer.maps else 0.02)
+        time.sleep(0.5 if pid is not None else 0.05)
 
 
 def children(pid):

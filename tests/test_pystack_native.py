@@ -1,0 +1,289 @@
+"""pystack.py --native: whole stacks, native and Python frames merged.
+
+The ground truth is the traced program itself and gdb:
+
+- the Python part: at the very line where the workload makes the call
+  that hits the probe, it records traceback.extract_stack() (and the
+  co_qualname of each frame), as in test_pystack;
+- the native part: gdb stops the same program at the same events (the
+  write(2) syscall to one file descriptor, the gc__start marker) and
+  prints its backtrace without inlined frames, as the frame pointers see
+  it.  Each run of Python frames of pystack.py's stack stands for one
+  activation of the evaluator, _PyEval_EvalFrameDefault in gdb's.
+
+And, as a held-out check: attached with -p to a process whose outer()
+began before the tracer, at least 90 % of the samples that reach leaf()
+show outer, middle and leaf, in order, between native frames.
+"""
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+import test_pystack as base
+from support import (PYTHON, free_threaded, require_bpftrace, run, run_gdb,
+                     start, tracer_unusable)
+
+# Writes to FD from Python code re-entered from C (sorted's key, map's
+# function), in a thread, a generator and coroutines.
+WRITES = textwrap.dedent("""\
+    import asyncio, os, threading
+    from recorder import record
+
+    FD = 77
+    os.dup2(os.open(os.devnull, os.O_WRONLY), FD)
+
+    def key(x):
+        record(os.write(FD, b"k"))
+        return -x
+
+    def outer():
+        return sorted([3, 1, 2], key=key)
+
+    def mapped(x):
+        record(os.write(FD, b"m"))
+        return x
+
+    def worker():
+        outer()
+        list(map(mapped, [1, 2]))
+
+    def generator():
+        for i in range(2):
+            record(os.write(FD, b"g"))
+            yield i
+
+    async def coroutine():
+        record(os.write(FD, b"c"))
+        await asyncio.sleep(0)
+        record(os.write(FD, b"d"))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    outer()
+    list(generator())
+    asyncio.run(coroutine())
+    """)
+
+COLLECTIONS = textwrap.dedent("""\
+    import gc
+    from recorder import record
+
+    gc.disable()
+
+    def key(x):
+        record(gc.collect())
+        return x
+
+    def collect(generation):
+        record(gc.collect(generation))
+
+    collect(0)
+    sorted([2, 1], key=key)
+    """)
+
+# gdb's side: at each stop, the frames that are on the stack (not those
+# inlined, nor those that made a tail call, which gdb shows from the debug
+# information), innermost first, as "GDBFRAME depth name|library" lines, then "GDBEND".
+GDB_DUMP = textwrap.dedent("""\
+    python
+    import gdb, os
+    def dump_stack():
+        frame = gdb.newest_frame()
+        depth = 0
+        while frame is not None:
+            if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+                library = (gdb.solib_name(frame.pc())
+                           or gdb.current_progspace().filename)
+                print("GDBFRAME %d %s|%s" % (depth, frame.name() or "??",
+                                             os.path.realpath(library)))
+                depth += 1
+            frame = frame.older()
+        print("GDBEND")
+    end
+    """)
+
+# Clones GCC makes of a function keep its name with a suffix, which gdb
+# and bpftrace do not always both show.
+CLONE = re.compile(r"\.(constprop|isra|part|cold|lto_priv)(\.\d+)?")
+
+# What gdb unwinds past the outermost frame that the frame pointers reach
+# (glibc's start-up code and clone3 have none).
+BEYOND_FRAME_POINTERS = {"__libc_start_main_impl", "__libc_start_main",
+                         "_start", "clone3", "clone", "__clone3"}
+
+
+def normal(name):
+    return CLONE.sub("", name)
+
+
+def collapsed(frames):
+    """A merged stack as gdb shows it: each run of Python frames one
+    activation of the evaluator, native frames (name, library)."""
+    shown = []
+    for frame in frames:
+        if "symbol" in frame:
+            shown.append((normal(frame["symbol"]),
+                          os.path.realpath(frame["library"])
+                          if frame["library"].startswith("/")
+                          else frame["library"]))
+        elif not shown or shown[-1][0] != "_PyEval_EvalFrameDefault":
+            shown.append(("_PyEval_EvalFrameDefault",
+                          os.path.realpath(PYTHON)))
+    return shown
+
+
+class NativeStacksTest(unittest.TestCase):
+
+    maxDiff = None
+
+    def setUp(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("pystack.py refuses free-threaded builds "
+                          "(test_pystack checks that it says so)")
+        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def workload(self, text):
+        self.write("recorder.py", base.RECORDER)
+        return self.write("workload.py", text)
+
+    def pystack(self, options, command):
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--json",
+                    *options, "-c", " ".join(command)], timeout=300)
+        if proc.returncode != 0 and "bpftrace" in proc.stderr:
+            tracer_unusable(proc.stderr.strip())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("lost", proc.stderr)
+        return json.loads(proc.stdout), proc.stderr
+
+    def gdb_stacks(self, commands, command):
+        proc = run_gdb(GDB_DUMP + commands + "run\n", *command)
+        out = proc.stdout.decode("utf-8", "replace")
+        stacks, stack = [], []
+        for line in out.splitlines():
+            if line.startswith("GDBFRAME "):
+                name, _, library = line.split(" ", 2)[2].partition("|")
+                stack.append((normal(name), library))
+            elif line == "GDBEND":
+                stacks.append(stack)
+                stack = []
+        self.assertTrue(stacks, out + proc.stderr.decode("utf-8", "replace"))
+        return stacks
+
+    def check_native(self, rows, gdb_stacks, innermost_by_library):
+        """Each merged stack, collapsed, is one of gdb's stacks frame by
+        frame, as many times; the first innermost_by_library frames are
+        compared by library only (glibc's aliases: bpftrace and gdb name
+        the same address differently)."""
+        def key(stack):
+            return tuple((library if i < innermost_by_library else name,
+                          library)
+                         for i, (name, library) in enumerate(stack))
+        expected = collections.Counter()
+        interpreter = os.path.realpath(PYTHON)
+        for stack in gdb_stacks:
+            if stack[0][1] != interpreter:
+                # glibc's write has no frame pointer: the frame pointers
+                # go from it to its caller's caller (_Py_write is lost).
+                stack = stack[:1] + stack[2:]
+            expected[key(stack)] += 1
+        found = collections.Counter()
+        for row in rows:
+            stack = key(collapsed(row["frames"]))
+            # The frame pointers end before glibc's start-up code: take
+            # the gdb stack this one begins, if what gdb has beyond is
+            # only that.
+            for candidate in expected:
+                if (candidate[:len(stack)] == stack and all(
+                        name in BEYOND_FRAME_POINTERS
+                        for name, _ in candidate[len(stack):])):
+                    stack = candidate
+                    break
+            found[stack] += row["count"]
+        self.assertEqual(found, expected)
+
+    def check_python(self, rows, recorded):
+        """The Python frames of each merged stack are the recorded ones."""
+        found = collections.Counter()
+        for row in rows:
+            found[tuple((f["name"], f["filename"], f["line"])
+                        for f in row["frames"] if "name" in f)] \
+                += row["count"]
+        expected = collections.Counter(
+            tuple((frame[0], frame[2], frame[3]) for frame in stack)
+            for stack in recorded)
+        self.assertEqual(found, expected)
+
+    def test_writes_against_traceback_and_gdb(self):
+        workload = self.workload(WRITES)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, _ = self.pystack(
+            ["--probe", "tracepoint:syscalls:sys_enter_write",
+             "--filter", "args->fd == 77"], command)
+        with open(expected) as f:
+            recorded = json.load(f)
+        self.assertEqual(len(recorded), 12)
+        self.check_python(rows, recorded)
+        gdb = self.gdb_stacks("catch syscall write\n"
+                              "condition 1 $rdi == 77 && $rax == -38\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        self.assertEqual(len(gdb), 12)
+        self.check_native(rows, gdb, 1)
+        # The sort key in the true order: outer, then sorted's C code,
+        # then key; and the same for map.
+        for row in rows:
+            names = [f.get("name") or f["symbol"] for f in row["frames"]]
+            if "key" in names:
+                self.assertLess(names.index("key"),
+                                names.index("builtin_sorted"))
+                self.assertLess(names.index("builtin_sorted"),
+                                names.index("outer"))
+            if "mapped" in names:
+                self.assertLess(names.index("mapped"),
+                                names.index("map_next"))
+                self.assertLess(names.index("map_next"),
+                                names.index("worker"))
+
+    def test_gc_start_against_traceback_and_gdb(self):
+        workload = self.workload(COLLECTIONS)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, _ = self.pystack(["--probe", "usdt:PYTHON:python:gc__start"],
+                               command)
+        with open(expected) as f:
+            recorded = json.load(f)
+        # Only the recorded collections: the interpreter collects at exit
+        # too, with no Python frame.
+        rows = [row for row in rows
+                if any(f.get("name") in ("collect", "key")
+                       for f in row["frames"])]
+        self.check_python(rows, recorded)
+        gdb = self.gdb_stacks("break -probe-stap python:gc__start\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        # The recorded collections are the last that Python code runs
+        # (those at start-up may too, before gc.disable(); those at exit
+        # do not).
+        gdb = [stack for stack in gdb
+               if any(name == "_PyEval_EvalFrameDefault"
+                      for name, _ in stack)][-len(recorded):]
+        self.assertEqual(len(recorded), 3)
+        self.check_native(rows, gdb, 0)
