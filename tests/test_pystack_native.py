@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import textwrap
@@ -287,3 +288,104 @@ class NativeStacksTest(unittest.TestCase):
                       for name, _ in stack)][-len(recorded):]
         self.assertEqual(len(recorded), 3)
         self.check_native(rows, gdb, 0)
+
+
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                        "whole_stacks_workload.py")
+
+
+class AttachTest(unittest.TestCase):
+    """-p on a process whose outer() began before the tracer attached."""
+
+    maxDiff = None
+    # Samples taken after the first one came.
+    SECONDS = 4
+
+    def setUp(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("pystack.py refuses free-threaded builds "
+                          "(test_pystack checks that it says so)")
+        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def sample(self, *python_options):
+        target = start(self, [PYTHON, *python_options, WORKLOAD],
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        ready = target.stdout.readline().split()
+        self.assertEqual(ready[:1], ["ready"])
+        records = os.path.join(self.tmp, "records")
+        tool = start(self, [base.TOOL_PYTHON, base.TOOL, "--native",
+                            "--json", "--probe", "profile:hz:99",
+                            "--save", records, "-p", str(target.pid)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # SIGINT before bpftrace has attached would be lost: wait for the
+        # first sample.
+        deadline = time.monotonic() + 120
+        while (time.monotonic() < deadline and tool.poll() is None
+               and not self.saved(records)):
+            time.sleep(0.1)
+        if tool.poll() is not None:
+            stderr = tool.stderr.read()
+            if "bpftrace" in stderr:
+                tracer_unusable(stderr.strip())
+            self.fail(stderr)
+        time.sleep(self.SECONDS)
+        tool.send_signal(signal.SIGINT)
+        stdout, stderr = tool.communicate(timeout=120)
+        self.assertEqual(tool.returncode, 0, stderr)
+        target.stdin.close()
+        target.wait()
+        return json.loads(stdout), stderr
+
+    @staticmethod
+    def saved(records):
+        if not os.path.exists(records):
+            return False
+        with open(records, errors="replace") as f:
+            return any(line.startswith("PYSTACK N") for line in f)
+
+    def check_chain(self, rows):
+        """At least 90 % of the samples in leaf() show leaf, middle and
+        outer in order, the threads' native frames outside them, and no
+        Python frame twice."""
+        reaching = complete = 0
+        for row in rows:
+            frames = row["frames"]
+            names = [f["name"] for f in frames if "name" in f]
+            if "leaf" not in names:
+                continue
+            reaching += row["count"]
+            # The Python frames after leaf, whatever native frames are
+            # between them (with -X perf, each call is an activation of
+            # its own, called from C).
+            i = names.index("leaf")
+            at = next((k for k, f in enumerate(frames)
+                       if f.get("name") == "outer"), len(frames))
+            outside = [f.get("symbol") for f in frames[at + 1:]]
+            if (names[i:i + 3] == ["leaf", "middle", "outer"]
+                    and "pythread_wrapper" in outside
+                    and "symbol" in frames[-1]
+                    and names.count("outer") == 1
+                    and names.count("middle") == 1):
+                complete += row["count"]
+        self.assertGreater(reaching, 20, rows)
+        self.assertGreaterEqual(complete, 0.9 * reaching,
+                                json.dumps(rows, indent=1))
+        return reaching, complete
+
+    def test_outer_entered_before_attach(self):
+        rows, stderr = self.sample()
+        self.check_chain(rows)
+
+    def test_perf_trampoline(self):
+        # -X perf: every Python call goes through a trampoline, a native
+        # frame in anonymous memory named in the perf map; pystack.py
+        # leaves it out, for its Python frame is there already.
+        rows, stderr = self.sample("-X", "perf")
+        self.check_chain(rows)
+        self.assertIn("trampoline frames left out", stderr)
+        for row in rows:
+            for frame in row["frames"]:
+                self.assertFalse(frame.get("symbol", "").startswith("py::"),
+                                 row)

@@ -758,50 +758,67 @@ def merge(native, segments, python_cut, notes):
     past --max-native, Python frames past --max-depth) they pair from
     the innermost one.  A trampoline frame, the caller of an activation,
     is left out: its Python frame is the segment's outermost.
+
+    Frame pointers miss one frame when the sample is at a function's
+    first or last instructions, or in a function without them (glibc's):
+    the caller of the innermost function.  When that caller is an
+    activation, its Python frames go there, after the innermost frame
+    (or in place of its trampoline, which names it).
     """
     kept = []
     for i, frame in enumerate(native):
-        if (i > 0 and native[i - 1].symbol in EVALUATOR
-                and frame.symbol not in EVALUATOR and is_trampoline(frame)):
-            notes["trampoline frames left out (-X perf or stacks__enable): "
-                  "their Python frame is there"] += 1
-            continue
+        if is_trampoline(frame) and frame.symbol not in EVALUATOR:
+            if i > 0 and native[i - 1].symbol in EVALUATOR:
+                notes["trampoline frames left out (-X perf or "
+                      "stacks__enable): their Python frame is there"] += 1
+                continue
+            if frame.symbol.startswith("py::"):
+                # A trampoline whose activation the unwinder missed.
+                notes["evaluator frames missed by the frame pointers, "
+                      "found from their trampoline"] += 1
+                frame = NativeFrame(EVALUATOR[0], frame.library)
         kept.append(frame)
     activations = [i for i, frame in enumerate(kept)
                    if frame.symbol in EVALUATOR]
     native_cut = bool(kept) and kept[-1].symbol == NATIVE_TRUNCATED
     pairs = {}
     n, m = len(activations), len(segments)
+    inner = []
     if native_cut or python_cut:
         for k in range(min(n, m)):
-            pairs[activations[k]] = [segments[k]]
+            pairs[activations[k]] = segments[k]
         left = segments[n:]
     else:
         for k in range(1, min(n, m) + 1):
-            pairs[activations[n - k]] = [segments[m - k]]
-        left = segments[:m - n] if m > n else []
-        if left and pairs:
-            innermost = activations[n - min(n, m)]
-            pairs[innermost] = left + [[Frame(UNWIND_LOST, "", None)]] + \
-                pairs[innermost]
-            notes["stacks with more Python activations than native "
-                  "evaluator frames (an unwinding that missed frames)"] += 1
-            left = []
+            pairs[activations[n - k]] = segments[m - k]
+        inner = segments[:m - n] if m > n else []
+        left = []
+        if len(inner) == 1 and kept and 0 not in pairs:
+            notes["evaluator frames missed by the frame pointers (a "
+                  "sample at a function's first instructions, or in one "
+                  "without them): put after the innermost frame"] += 1
+        elif inner:
+            notes["stacks with more Python activations than the frame "
+                  "pointers found, marked %s" % UNWIND_LOST] += 1
+            inner = inner + [[Frame(UNWIND_LOST, "", None)]]
     if n > m:
         notes["evaluator frames without Python frames (kept as native "
               "frames)"] += 1
     frames = []
     for i, frame in enumerate(kept):
-        if i in pairs and any(pairs[i]):
-            for segment in pairs[i]:
-                frames.extend(segment)
+        if i in pairs and pairs[i]:
+            frames.extend(pairs[i])
         else:
             frames.append(frame)
+        if i == 0 or not kept:
+            for segment in inner:
+                frames.extend(segment)
+            inner = []
         if python_cut and activations and m and i == activations[
                 min(n, m) - 1]:
             frames.append(Frame(TRUNCATED, "", None))
             python_cut = False
-    for segment in left:
+    for segment in inner + left:
         frames.extend(segment)
     if python_cut and m:
         frames.append(Frame(TRUNCATED, "", None))
