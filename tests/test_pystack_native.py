@@ -142,7 +142,9 @@ def collapsed(frames):
     return shown
 
 
-class NativeStacksTest(unittest.TestCase):
+class NativeStacksBase(unittest.TestCase):
+    """What the tests of a -c run share: the workload, the tools, gdb,
+    and the comparisons."""
 
     maxDiff = None
 
@@ -230,6 +232,10 @@ class NativeStacksTest(unittest.TestCase):
             tuple((frame[0], frame[2], frame[3]) for frame in stack)
             for stack in recorded)
         self.assertEqual(found, expected)
+
+
+
+class NativeStacksTest(NativeStacksBase):
 
     def test_writes_against_traceback_and_gdb(self):
         workload = self.workload(WRITES)
@@ -389,3 +395,25 @@ class AttachTest(unittest.TestCase):
             for frame in row["frames"]:
                 self.assertFalse(frame.get("symbol", "").startswith("py::"),
                                  row)
+
+
+class ToolsTest(NativeStacksBase):
+    """python -m usdt.tools stacks takes pystack.py's options."""
+
+    def test_stacks_native_json_filtered(self):
+        workload = self.workload(WRITES)
+        expected = os.path.join(self.tmp, "expected.json")
+        proc = run([PYTHON, "-m", "usdt.tools", "stacks", "--native",
+                    "--json", "-f", "builtin_sorted", "--probe",
+                    "tracepoint:syscalls:sys_enter_write",
+                    "-c", "%s %s %s" % (PYTHON, workload, expected)],
+                   timeout=300)
+        if proc.returncode != 0 and "bpftrace" in proc.stderr:
+            tracer_unusable(proc.stderr.strip())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = json.loads(proc.stdout)
+        with open(expected) as f:
+            recorded = [stack for stack in json.load(f)
+                        if stack[0][0] == "key"]
+        self.assertEqual(len(recorded), 6)
+        self.check_python(rows, recorded)

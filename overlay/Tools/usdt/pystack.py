@@ -1132,15 +1132,20 @@ def watch_mappings(bpftrace, pid, symbolizer, interpreter):
     """Read the mappings of the traced process while it runs (PID, or
     the command that bpftrace runs, once it is the interpreter), for the
     native addresses that bpftrace prints after the process is gone, and
-    the libraries it maps as it goes: every 50 ms for a command, which
-    may be short-lived (the dynamic loader maps its libraries after the
-    interpreter), every 500 ms for a process that runs already."""
+    the libraries it maps as it goes: for a command, which may be
+    short-lived (and whose dynamic loader maps the libraries after the
+    interpreter), every 5 ms for its first 200 ms, then every 50 ms;
+    every 500 ms for a process that runs already."""
+    polls = 0
     while bpftrace.poll() is None:
         pids = [pid] if pid is not None else children(bpftrace.pid)
         for child in pids:
             symbolizer.snapshot(child, None if pid is not None
                                 else interpreter)
-        time.sleep(0.5 if pid is not None else 0.05)
+        if symbolizer.maps:
+            polls += 1
+        time.sleep(0.5 if pid is not None else 0.005 if polls < 40
+                   else 0.05)
 
 
 def children(pid):
