@@ -84,9 +84,12 @@ DEBUG_OFFSETS = {(3, 13): [
 COOKIE = b"xdebugpy"
 
 DEFAULT_MAX_DEPTH = 64
-# Native frames per stack (--native): bpftrace's ustack keeps at most
-# kernel.perf_event_max_stack, 127 by default.
-DEFAULT_MAX_NATIVE = 127
+# Native frames per stack (--native), walked in BPF 8 at a time.
+DEFAULT_MAX_NATIVE = 128
+# The x86-64 kernel's stack size, at whose top the kernel saves the user
+# registers (16 KiB; 32 KiB with KASAN, where the program finds no user
+# code segment there and says so).
+THREAD_SIZE = 16384
 # Location-table entries decoded per hit, all frames together.  The
 # kernel's verifier checks each iteration of the decoding loop: 1000 take
 # about 650,000 of its 1,000,000 instructions and 2 s to load; about 1,600
@@ -276,10 +279,16 @@ PROGRAM = r"""
  *   PYSTACK S tid event depth 0 entry length name (its last STRLEN - 1 bytes)
  *   PYSTACK S tid event depth 1 entry length filename   (the same)
  *   PYSTACK D tid event frames more top           (more: frames left out)
- *   PYSTACK N tid event pid bias                  (--native: then the
- *                                                  native stack, a line
- *                                                  per frame; bias: the
- *                                                  interpreter's load bias)
+ *   PYSTACK A tid event batch a0 ... a7           (--native: native
+ *                                                  frames 8 * batch to
+ *                                                  8 * batch + 7, their
+ *                                                  addresses; 0: none)
+ *   PYSTACK N tid event pid bias more regs        (--native: bias, the
+ *                                                  interpreter's load
+ *                                                  bias; more: frames
+ *                                                  left out; regs 0: the
+ *                                                  user registers were
+ *                                                  not found)
  *   PYSTACK L tid event depth line                (-1: no line)
  *   PYSTACK Z tid event status                    (0; 1: not this Python,
  *                                                  2: no thread state)
@@ -531,8 +540,10 @@ def macros(interp, args):
         ("MAX_THREADS", args.max_threads, "thread states per interpreter"),
     ]
     if getattr(args, "native", False):
-        values.append(("MAX_NATIVE", args.max_native,
-                       "native frames kept (ustack)"))
+        values.append(("NATIVE_BATCHES", -(-args.max_native // 8),
+                       "records of 8 native frames, at most"))
+        values.append(("THREAD_SIZE", THREAD_SIZE,
+                       "the x86-64 kernel stack (without KASAN)"))
     lines = []
     for name, value, comment in values:
         line = "#define %-22s %s" % (name, value)
@@ -540,6 +551,59 @@ def macros(interp, args):
             line = "%-44s /* %s */" % (line, comment)
         lines.append(line)
     return "\n".join(lines)
+
+
+NATIVE_WALK = r"""
+	/* The native stack, from the frame pointers: the user registers
+	 * that the kernel saved on entry are at the top of the task's kernel
+	 * stack (task_pt_regs(); user code segment 0x33, else they are not
+	 * there); then the chain of saved frame pointers, each followed by
+	 * its return address.  A frame pointer that does not grow ends the
+	 * walk after its return address (a function without frame pointers
+	 * left another value in rbp); a read that fails gives 0, which ends
+	 * it too.  8 addresses per record, branch-free. */
+	$regs = (struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
+	    sizeof(struct pt_regs));
+	$user = (uint64)($regs->cs == 0x33 ? 1 : 0);
+	$ip = $regs->ip * $user;
+	$bp = (uint64)uptr($regs->bp * $user);
+	$batch = 0;
+	while ($batch < NATIVE_BATCHES) {
+		$a0 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a1 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a2 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a3 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a4 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a5 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a6 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a7 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
+		       tid, $event, $batch, $a0, $a1, $a2, $a3, $a4, $a5, $a6,
+		       $a7);
+		$batch++;
+		if ($ip == 0) {
+			break;
+		}
+	}
+	printf("PYSTACK N %d %lu %d %lu %d %d\n", tid, $event, pid,
+	       $task->mm->start_code - TEXT_VADDR, $ip != 0, $user);
+"""
 
 
 def program(interp, args, probes):
@@ -560,12 +624,7 @@ def program(interp, args, probes):
     text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
     native = ""
     if getattr(args, "native", False):
-        # The native stack first, from the frame pointers: bpftrace keeps
-        # its stack id and prints it with the records.
-        native = ("\t/* the native stack, from the frame pointers */\n"
-                  "\tprintf(\"PYSTACK N %d %lu %d %lu%s\\n\", tid, $event, "
-                  "pid,\n\t    $task->mm->start_code - TEXT_VADDR, "
-                  "ustack(perf, MAX_NATIVE));\n")
+        native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
     return text
 
@@ -595,6 +654,9 @@ class Event:
         self.pid = None
         self.bias = None
         self.native = None
+        self.addresses = {}
+        self.native_more = False
+        self.native_regs = True
 
 
 def decode(length, text, strlen):
@@ -617,12 +679,7 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
     events = {}
     stacks = collections.Counter()
     notes = collections.Counter()
-    native = None
     for line in lines:
-        if native is not None and line.startswith("\t"):
-            native.append(line.strip())
-            continue
-        native = None
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
             if lost:
@@ -644,9 +701,16 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
             event.top = int(fields[6])
         elif kind == "L":
             event.lines[int(fields[4])] = int(fields[5])
+        elif kind == "A":
+            batch = int(fields[4])
+            words = line.split()[5:13]
+            for k, word in enumerate(words):
+                event.addresses[8 * batch + k] = int(word, 16)
         elif kind == "N":
             event.pid, event.bias = int(fields[4]), int(fields[5])
-            event.native = native = []
+            event.native_more = fields[6] == "1"
+            event.native_regs = fields[7].strip() == "1"
+            event.native = True
         elif kind == "Z":
             del events[key]
             status = int(fields[4])
@@ -706,37 +770,34 @@ UNKNOWN = "[unknown]"
 
 
 def native_frames(event, symbolizer, notes, max_native):
-    """The hit's native frames, innermost first, from bpftrace's
-    ustack(perf) lines "ADDRESS SYMBOL+OFFSET (MODULE)".
-
-    An address is named from the process's mappings, read while it ran,
-    and the symbol tables of its files: bpftrace 0.17 names one address
-    by any of its aliases (__write or __GI___write), which would split
-    one stack in two, and cannot name it once the process has exited.
-    bpftrace's name serves where the mappings do not (a library mapped
-    after they were read, the perf map's py:: names of anonymous code).
-    """
+    """The hit's native frames, innermost first, named from the process's
+    mappings (read while it ran) and the symbol tables of their files,
+    or, for the interpreter's own code, from its load bias.  A return
+    address is named by the byte before it, the call (a call to a
+    function that does not return may be a function's last
+    instruction)."""
+    if not event.native_regs:
+        notes["hits without native frames: the user registers are not at "
+              "the top of the kernel stack (a kernel with KASAN or FRED?)"] \
+            += 1
     frames = []
-    for text in event.native:
-        match = re.match(r"([0-9a-f]+) (.*) \((.*)\)$", text)
-        if not match:
-            continue
-        address = int(match.group(1), 16)
-        symbol = re.sub(r"\+\d+$", "", match.group(2))
-        library = match.group(3)
-        if symbol.startswith("0x"):
-            symbol = UNKNOWN
+    for i in range(len(event.addresses)):
+        address = event.addresses.get(i, 0)
+        if address == 0 or (max_native and i >= max_native):
+            break
         found = None
         if symbolizer is not None:
-            found = symbolizer.lookup(event.pid, address, event.bias)
-        if found is not None and (found[0] != UNKNOWN or symbol == UNKNOWN):
-            symbol, library = found
-        elif library == UNKNOWN and symbol == UNKNOWN:
-            notes["native frames not named (their library was mapped "
-                  "after its mappings were read, or they are not code)"] \
-                += 1
-        frames.append(NativeFrame(symbol, library))
-    if max_native is not None and len(event.native) >= max_native:
+            found = symbolizer.lookup(event.pid, address - (i > 0),
+                                      event.bias)
+        if found is None:
+            found = UNKNOWN, UNKNOWN
+            notes["native frames not named (mapped after the tool last "
+                  "read the process's mappings, or --read without "
+                  "them)"] += 1
+        frames.append(NativeFrame(*found))
+    cut = event.native_more or (
+        max_native and event.addresses.get(max_native, 0) != 0)
+    if cut:
         frames.append(NativeFrame(NATIVE_TRUNCATED, ""))
         notes["native stacks cut at --max-native frames"] += 1
     return frames
@@ -856,7 +917,7 @@ class Symbolizer:
         for start, end, offset, path in self.maps.get(pid, ()):
             if start <= address < end:
                 if not path.startswith("/"):
-                    return UNKNOWN, path or "[anon]"
+                    return self._perf_map(pid, address), path or "[anon]"
                 return self._symbol(path, address - start + offset), path
         if self.interpreter and bias is not None:
             # Not mapped, or mapped too late: the interpreter's own code
@@ -866,6 +927,27 @@ class Symbolizer:
             if symbol != UNKNOWN:
                 return symbol, self.interpreter
         return None
+
+    def _perf_map(self, pid, address):
+        """The name /tmp/perf-PID.map gives code in anonymous memory
+        (the perf trampolines of -X perf and stacks__enable: py::...)."""
+        entries = self.tables.get(("perf", pid))
+        if entries is None or not any(start <= address < end
+                                      for start, end, _ in entries):
+            entries = []
+            try:
+                with open("/tmp/perf-%d.map" % pid) as f:
+                    for line in f:
+                        start, size, name = line.rstrip("\n").split(" ", 2)
+                        start = int(start, 16)
+                        entries.append((start, start + int(size, 16), name))
+            except (OSError, ValueError):
+                pass
+            self.tables[("perf", pid)] = entries
+        for start, end, name in entries:
+            if start <= address < end:
+                return name
+        return UNKNOWN
 
     def _symbol(self, path, where, vaddr=False):
         """The function at file offset where (a virtual address if
@@ -1059,10 +1141,6 @@ def run_bpftrace(text, args, interp_path=None):
         raise Error("bpftrace not found (apt-get install bpftrace)")
     env = dict(os.environ)
     env["BPFTRACE_STRLEN"] = str(args.strlen)
-    if args.native:
-        # One symbol table per process: bpftrace 0.17 otherwise reads the
-        # binaries' symbols again for each stack.
-        env["BPFTRACE_CACHE_USER_SYMBOLS"] = "1"
     if args.save:
         output = args.save
     else:
@@ -1235,9 +1313,8 @@ def main(argv=None):
             parser.error("--probe is required")
         if not 1 <= args.max_depth <= 512:
             parser.error("--max-depth must be 1 to 512")
-        if not 1 <= args.max_native <= 127:
-            parser.error("--max-native must be 1 to 127 (the kernel's "
-                         "perf_event_max_stack)")
+        if not 1 <= args.max_native <= 1024:
+            parser.error("--max-native must be 1 to 1024")
         if not 2 <= args.strlen <= 200:
             parser.error("--strlen must be 2 to 200")
         python = resolve_python(args)
