@@ -789,6 +789,14 @@ def native_frames(event, symbolizer, notes, max_native):
         if symbolizer is not None:
             found = symbolizer.lookup(event.pid, address - (i > 0),
                                       event.bias)
+            if found is None and symbolizer.maps.get(event.pid):
+                # Not code: the chain went through a function without
+                # frame pointers, whose rbp held something else.
+                frames.append(NativeFrame(UNWIND_LOST, ""))
+                notes["native stacks cut where the frame pointers led "
+                      "out of the process's code, marked %s"
+                      % UNWIND_LOST] += 1
+                return frames
         if found is None:
             found = UNKNOWN, UNKNOWN
             notes["native frames not named (mapped after the tool last "
@@ -841,7 +849,8 @@ def merge(native, segments, python_cut, notes):
         kept.append(frame)
     activations = [i for i, frame in enumerate(kept)
                    if frame.symbol in EVALUATOR]
-    native_cut = bool(kept) and kept[-1].symbol == NATIVE_TRUNCATED
+    native_cut = bool(kept) and kept[-1].symbol in (NATIVE_TRUNCATED,
+                                                    UNWIND_LOST)
     pairs = {}
     n, m = len(activations), len(segments)
     inner = []
@@ -854,7 +863,7 @@ def merge(native, segments, python_cut, notes):
             pairs[activations[n - k]] = segments[m - k]
         inner = segments[:m - n] if m > n else []
         left = []
-        if len(inner) == 1 and kept and 0 not in pairs:
+        if len(inner) == 1 and pairs and 0 not in pairs:
             notes["evaluator frames missed by the frame pointers (a "
                   "sample at a function's first instructions, or in one "
                   "without them): put after the innermost frame"] += 1
