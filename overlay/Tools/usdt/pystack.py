@@ -1335,6 +1335,10 @@ def main(argv=None):
             return 0
         lines, status, records, symbolizer = run_bpftrace(text, args,
                                                            interp.path)
+        # bpftrace has stopped: a second Ctrl-C (python -m usdt.tools
+        # sends SIGINT until the tool ends, as one sent before bpftrace
+        # attached is lost) must not lose the counts being made.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             report(lines, args, sys.stdout, symbolizer)
         except BaseException:
