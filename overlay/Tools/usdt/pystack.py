@@ -22,6 +22,13 @@ Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
 "root;...;innermost count", for python -m usdt.flamegraph.  See "Python
 stacks" in Doc/howto/instrumentation.rst.
+
+With --native, whole stacks: the native frames, walked in BPF through
+the frame pointers, with each activation of the interpreter loop
+(_PyEval_EvalFrameDefault) replaced by the Python frames it runs, those
+between two of the entry frames that the C stack owns; Python frames are
+then py::qualname (file:line), native ones symbol (library).  See "Whole
+stacks" in the same howto.
 """
 
 import argparse
