@@ -417,3 +417,106 @@ class ToolsTest(NativeStacksBase):
                         if stack[0][0] == "key"]
         self.assertEqual(len(recorded), 6)
         self.check_python(rows, recorded)
+
+
+def load_pystack():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pystack", base.TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeSymbolizer:
+    """Names the addresses 1, 2, 3... of a made-up process."""
+
+    maps = {1: True}
+
+    def __init__(self, names):
+        self.names = names
+
+    def lookup(self, pid, address, bias=None):
+        # Return addresses are named by the byte before them: +1 below.
+        return self.names.get(address) or self.names.get(address + 1)
+
+
+class MergeTest(unittest.TestCase):
+    """pystack.py's merge of made-up records, cut stacks included: what
+    the limits of the howto's "Whole stacks" say."""
+
+    NAMES = {0x10: ("leaf_c", "/lib/x.so"),
+             0x20: ("_PyEval_EvalFrameDefault", "/py"),
+             0x30: ("sorted_c", "/py"),
+             0x40: ("_PyEval_EvalFrameDefault.cold", "/py"),
+             0x50: ("main", "/py"),
+             0x60: ("py::trampoline", "[anon]")}
+
+    def records(self, addresses, frames, entries, more=0, native_more=0):
+        """The records of one hit: native addresses, and Python frames
+        (names) innermost first, entries: depths after which the chain
+        crosses an entry frame."""
+        lines = []
+        padded = addresses + [0] * (-len(addresses) % 8 or 8)
+        for batch in range(len(padded) // 8):
+            lines.append("PYSTACK A 1 9 %d %s\n" % (batch, " ".join(
+                "%x" % a for a in padded[8 * batch:8 * batch + 8])))
+        lines.append("PYSTACK N 1 9 1 0 %d 1\n" % native_more)
+        for depth, name in enumerate(frames):
+            entry = int(depth in entries)
+            lines.append("PYSTACK S 1 9 %d 0 %d %d %s\n"
+                         % (depth, entry, len(name), name))
+            lines.append("PYSTACK S 1 9 %d 1 %d 3 f.py\n" % (depth, entry))
+        lines.append("PYSTACK D 1 9 %d %d 0\n" % (len(frames), more))
+        for depth in range(len(frames)):
+            lines.append("PYSTACK L 1 9 %d %d\n" % (depth, depth + 1))
+        lines.append("PYSTACK Z 1 9 0\n")
+        return lines
+
+    def merged(self, lines, max_native=128):
+        pystack = load_pystack()
+        stacks, notes = pystack.parse(lines, 128,
+                                      FakeSymbolizer(self.NAMES), max_native)
+        (stack, count), = stacks.items()
+        return [frame[0] for frame in stack], notes
+
+    def test_activations_replaced_in_order(self):
+        # leaf_c <- [key] <- sorted_c <- [outer, <module>] <- main
+        names, _ = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x41, 0x51], ["key", "outer", "<module>"],
+            {0, 2}))
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c", "outer",
+                                 "<module>", "main"])
+
+    def test_trampoline_left_out(self):
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x61, 0x31, 0x21, 0x51], ["key", "outer"], {0, 1}))
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c", "outer",
+                                 "main"])
+        self.assertTrue(any("trampoline" in note for note in notes))
+
+    def test_python_depth_cut_is_marked(self):
+        # --max-depth 1: only key was walked; the outer activation stays
+        # as the native frame it is.
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x21, 0x51], ["key"], {0}, more=1))
+        self.assertEqual(names, ["leaf_c", "key", "[more frames]",
+                                 "sorted_c", "_PyEval_EvalFrameDefault",
+                                 "main"])
+        self.assertIn("stacks cut at --max-depth frames", notes)
+
+    def test_native_cut_is_marked(self):
+        # --max-native 3: the outer activation's Python frames follow the
+        # mark.
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x21, 0x51], ["key", "outer"], {0, 1}),
+            max_native=3)
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c",
+                                 "[more native frames]", "outer"])
+        self.assertIn("native stacks cut at --max-native frames", notes)
+
+    def test_chain_out_of_code_is_marked(self):
+        # An address in no mapping: the frame pointers went astray.
+        names, _ = self.merged(self.records(
+            [0x10, 0x999, 0x21, 0x51], ["key", "outer"], {0, 1}))
+        self.assertEqual(names, ["leaf_c", "[native frames lost]", "key",
+                                 "outer"])
