@@ -23,7 +23,7 @@ For each traced phase:
   measured.
 
 usage: python3 bench/whole_stacks.py PYTHON [--seconds S] [--cycles K]
-           [--out-json F]
+           [--out-json F] [--python-only]
 Run as root (bpftrace).
 """
 
@@ -92,12 +92,13 @@ def bpf_stats(pid):
     return time_ns, count
 
 
-def traced_phase(pid, hz, seconds, python):
+def traced_phase(pid, hz, seconds, python, native=True):
     """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples)."""
     with tempfile.TemporaryDirectory(prefix="whole-stacks") as tmp:
         records = os.path.join(tmp, "records")
         tool = subprocess.Popen(
-            [sys.executable, TOOL, "--native", "--json", "--python", python,
+            [sys.executable, TOOL, *(["--native"] if native else []),
+             "--json", "--python", python,
              "--probe", "profile:hz:%d" % hz, "--save", records,
              "-p", str(pid)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -129,6 +130,9 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--out-json")
+    parser.add_argument("--python-only", action="store_true",
+                        help="without --native: the Python stacks' walk "
+                        "alone, for comparison")
     args = parser.parse_args()
     with open(STATS) as f:
         stats_before = f.read().strip()
@@ -154,7 +158,8 @@ def main():
                 idle()
                 phases.append((hz,) + traced_phase(proc.pid, hz,
                                                    args.seconds,
-                                                   args.python))
+                                                   args.python,
+                                                   not args.python_only))
         idle()
     finally:
         proc.stdin.close()
