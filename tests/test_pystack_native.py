@@ -431,6 +431,39 @@ class AttachTest(unittest.TestCase):
                                  row)
 
 
+class FoldedTest(NativeStacksBase):
+
+    def test_folded_sort_key(self):
+        # examples/sort_key.py: root first, outer, then sorted's C code,
+        # then key, then write(2)'s; and the flame graph's parser takes it.
+        example = os.path.join(base.TOP, "examples", "sort_key.py")
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--folded",
+                    "--probe", "tracepoint:syscalls:sys_enter_write",
+                    "--filter", "args->fd == 2", "-c",
+                    "%s %s" % (PYTHON, example)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
+                         3, proc.stdout)
+        python = os.path.basename(os.path.realpath(PYTHON))
+        for line in lines:
+            frames = line.rpartition(" ")[0].split(";")
+            order = [frames.index(frame) for frame in (
+                "py::<module> (%s:10)" % example,
+                "py::outer (%s:8)" % example,
+                "builtin_sorted (%s)" % python,
+                "list_sort_impl (%s)" % python,
+                "py::key (%s:4)" % example,
+                "os_write (%s)" % python)]
+            self.assertEqual(order, sorted(order), line)
+            self.assertTrue(frames[-1].endswith("(libc.so.6)"), line)
+        check = run([PYTHON, "-c", "import sys, usdt.flamegraph as f; "
+                     "print(sum(c for _, c in f.parse_folded("
+                     "sys.stdin.read().splitlines(), '-')))"],
+                    input=proc.stdout)
+        self.assertEqual(check.stdout.strip(), "3", check.stderr)
+
+
 class ToolsTest(NativeStacksBase):
     """python -m usdt.tools stacks takes pystack.py's options."""
 

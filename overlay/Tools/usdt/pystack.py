@@ -89,6 +89,11 @@ DEBUG_OFFSETS = {(3, 13): [
     "gc.size", "gc.collecting",
 ]}
 COOKIE = b"xdebugpy"
+# What _Py_DebugOffsets gives where a frame's owner is, but not the values:
+# the owner of the entry frame that each activation of the interpreter
+# loop pushes first (FRAME_OWNED_BY_CSTACK, Include/internal/
+# pycore_frame.h), by series.  3.14 renumbers it (4).
+FRAME_OWNED_BY_CSTACK = {(3, 13): 3}
 
 DEFAULT_MAX_DEPTH = 64
 # Native frames per stack (--native), walked in BPF 8 at a time.
@@ -216,7 +221,7 @@ class Interpreter:
         version, = struct.unpack_from("<Q", raw, 8)
         series = (version >> 24, (version >> 16) & 0xff)
         layout = DEBUG_OFFSETS.get(series)
-        if layout is None:
+        if layout is None or series not in FRAME_OWNED_BY_CSTACK:
             raise Error("%s is Python %d.%d: this tool knows the "
                         "_Py_DebugOffsets layout of %s only"
                         % ((path,) + series + (", ".join(
@@ -226,6 +231,7 @@ class Interpreter:
         values = struct.unpack_from("<%dQ" % len(layout), raw, 8)
         self.offsets = dict(zip(layout, values))
         self.version = version
+        self.series = series
         if self.offsets["free_threaded"]:
             raise Error("%s is a free-threaded build: not supported (its "
                         "frames and code objects are not checked)" % path)
@@ -523,7 +529,8 @@ def macros(interp, args):
         ("FR_EXECUTABLE", o["interpreter_frame.executable"], ""),
         ("FR_INSTR_PTR", o["interpreter_frame.instr_ptr"], ""),
         ("FR_OWNER", o["interpreter_frame.owner"], ""),
-        ("FRAME_OWNED_BY_CSTACK", 3, "Include/internal/pycore_frame.h"),
+        ("FRAME_OWNED_BY_CSTACK", FRAME_OWNED_BY_CSTACK[interp.series],
+         "Include/internal/pycore_frame.h"),
         ("CO_NAME", o["code_object.name" if args.co_name
                       else "code_object.qualname"],
          "co_name" if args.co_name else "co_qualname"),
