@@ -585,3 +585,41 @@ class MergeTest(unittest.TestCase):
             [0x10, 0x999, 0x21, 0x51], ["key", "outer"], {0, 1}))
         self.assertEqual(names, ["leaf_c", "[native frames lost]", "key",
                                  "outer"])
+
+
+class RefusalTest(unittest.TestCase):
+    """What --native refuses, in one line."""
+
+    def test_free_threaded_refused_with_reason(self):
+        # A copy of the interpreter whose _Py_DebugOffsets say that it is
+        # free-threaded (the field after the version).
+        with open(PYTHON, "rb") as f:
+            data = bytearray(f.read())
+        cookies = []
+        i = data.find(b"xdebugpy")
+        while i != -1:
+            if int.from_bytes(data[i + 8:i + 16], "little") >> 16 == 0x030d:
+                cookies.append(i)
+            i = data.find(b"xdebugpy", i + 1)
+        self.assertEqual(len(cookies), 1, cookies)
+        data[cookies[0] + 16:cookies[0] + 24] = (1).to_bytes(8, "little")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "python")
+            with open(copy, "wb") as f:
+                f.write(data)
+            proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--probe",
+                        "BEGIN", "--python", copy, "--print-program"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stderr,
+                         "pystack: %s is a free-threaded build: not "
+                         "supported (its frames and code objects are not "
+                         "checked)\n" % copy)
+
+    def test_max_native_out_of_range(self):
+        for value in ("0", "1025"):
+            proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--probe",
+                        "BEGIN", "--python", PYTHON, "--print-program",
+                        "--max-native", value])
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("--max-native must be 1 to 1024",
+                          proc.stderr.splitlines()[-1])
