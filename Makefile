@@ -31,7 +31,7 @@ export SERIES
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export release bench bench-quick bench-watcher \
-	bench-stacks demo bench-framepointers-release bench-framepointers-release-wall \
+	bench-stacks bench-whole-stacks demo bench-framepointers-release bench-framepointers-release-wall \
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
@@ -320,6 +320,12 @@ bench-watcher: build
 bench-stacks: build
 	/usr/bin/python3.11 bench/stacks.py $(S)/obj/python \
 		--out-md docs/stacks.md --out-json docs/stacks.json
+
+# What pystack.py --native costs: BPF time per sample, and the traced
+# process's slowdown at 99 and 999 Hz (docs/whole-stacks.md).
+bench-whole-stacks: build
+	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python \
+		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)

@@ -336,10 +336,11 @@ class PystackTest(unittest.TestCase):
             if line.startswith("PYSTACK "):
                 fields = line.split(" ")
                 hits[(fields[2], fields[3])].append(fields)
+        # PYSTACK S tid event depth field entry length name
         keys = [key for key, fields in hits.items()
                 if any(f[1] == "S" and f[4] == "1" and f[5] == "0" and
-                       f[7].rstrip("\n") == "Objects.churn"
-                       for f in fields if len(f) > 7)]
+                       f[8].rstrip("\n") == "Objects.churn"
+                       for f in fields if len(f) > 8)]
         self.assertEqual(len(keys), 1, keys)
         copy = []
         for fields in hits[keys[0]]:

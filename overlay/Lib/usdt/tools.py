@@ -28,6 +28,7 @@ Needs root and bpftrace.
 import argparse
 import collections
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -534,10 +535,20 @@ def run_pystack(args, pystack_args):
 
 def stacks_command(args):
     options = ["--probe", args.probe]
-    if args.folded:
-        options.append("--folded")
+    for flag in ("folded", "json", "native"):
+        if getattr(args, flag):
+            options.append("--" + flag.replace("_", "-"))
+    for option in ("max_depth", "max_native"):
+        if getattr(args, option) is not None:
+            options += ["--" + option.replace("_", "-"),
+                        str(getattr(args, option))]
     status, text = run_pystack(args, options)
-    if args.filter:
+    if args.filter and args.json and text.strip():
+        rows = [row for row in json.loads(text)
+                if any(args.filter in str(value) for frame in row["frames"]
+                       for value in frame.values())]
+        text = json.dumps(rows, indent=1) + "\n"
+    elif args.filter:
         text = filter_stacks(text, args.filter)
     write(args, text)
     return status
@@ -692,8 +703,21 @@ def main(argv=None):
                              help="the bpftrace probe; PYTHON stands for "
                              "the interpreter (usdt:PYTHON:python:"
                              "gc__start)")
-            sub.add_argument("--folded", action="store_true",
-                             help="folded stacks, for flamegraph")
+            form = sub.add_mutually_exclusive_group()
+            form.add_argument("--folded", action="store_true",
+                              help="folded stacks, for flamegraph")
+            form.add_argument("--json", action="store_true",
+                              help="the counts as JSON")
+            sub.add_argument("--native", action="store_true",
+                             help="whole stacks: the native frames, each "
+                             "activation of the evaluator replaced by the "
+                             "Python frames it runs")
+            sub.add_argument("--max-depth", type=int, metavar="N",
+                             help="Python frames kept per stack (default "
+                             "64)")
+            sub.add_argument("--max-native", type=int, metavar="N",
+                             help="native frames kept per stack with "
+                             "--native (default 127)")
         elif tool.name == "profile":
             sub.add_argument("--hz", type=int, default=49,
                              help="samples per second and CPU (default "

@@ -22,6 +22,13 @@ Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
 "root;...;innermost count", for python -m usdt.flamegraph.  See "Python
 stacks" in Doc/howto/instrumentation.rst.
+
+With --native, whole stacks: the native frames, walked in BPF through
+the frame pointers, with each activation of the interpreter loop
+(_PyEval_EvalFrameDefault) replaced by the Python frames it runs, those
+between two of the entry frames that the C stack owns; Python frames are
+then py::qualname (file:line), native ones symbol (library).  See "Whole
+stacks" in the same howto.
 """
 
 import argparse
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 # The layouts of _Py_DebugOffsets (Include/internal/pycore_runtime.h) that
 # this tool reads, by the (major, minor) version its first field gives:
@@ -81,8 +89,19 @@ DEBUG_OFFSETS = {(3, 13): [
     "gc.size", "gc.collecting",
 ]}
 COOKIE = b"xdebugpy"
+# What _Py_DebugOffsets gives where a frame's owner is, but not the values:
+# the owner of the entry frame that each activation of the interpreter
+# loop pushes first (FRAME_OWNED_BY_CSTACK, Include/internal/
+# pycore_frame.h), by series.  3.14 renumbers it (4).
+FRAME_OWNED_BY_CSTACK = {(3, 13): 3}
 
 DEFAULT_MAX_DEPTH = 64
+# Native frames per stack (--native), walked in BPF 8 at a time.
+DEFAULT_MAX_NATIVE = 128
+# The x86-64 kernel's stack size, at whose top the kernel saves the user
+# registers (16 KiB; 32 KiB with KASAN, where the program finds no user
+# code segment there and says so).
+THREAD_SIZE = 16384
 # Location-table entries decoded per hit, all frames together.  The
 # kernel's verifier checks each iteration of the decoding loop: 1000 take
 # about 650,000 of its 1,000,000 instructions and 2 s to load; about 1,600
@@ -202,7 +221,7 @@ class Interpreter:
         version, = struct.unpack_from("<Q", raw, 8)
         series = (version >> 24, (version >> 16) & 0xff)
         layout = DEBUG_OFFSETS.get(series)
-        if layout is None:
+        if layout is None or series not in FRAME_OWNED_BY_CSTACK:
             raise Error("%s is Python %d.%d: this tool knows the "
                         "_Py_DebugOffsets layout of %s only"
                         % ((path,) + series + (", ".join(
@@ -212,6 +231,7 @@ class Interpreter:
         values = struct.unpack_from("<%dQ" % len(layout), raw, 8)
         self.offsets = dict(zip(layout, values))
         self.version = version
+        self.series = series
         if self.offsets["free_threaded"]:
             raise Error("%s is a free-threaded build: not supported (its "
                         "frames and code objects are not checked)" % path)
@@ -269,14 +289,28 @@ PROGRAM = r"""
  *
  * Prints records, which pystack.py --read FILE turns into counts; a hit
  * is identified by its thread id and the time it began ("event"):
- *   PYSTACK S tid event depth 0 length name       (its last STRLEN - 1 bytes)
- *   PYSTACK S tid event depth 1 length filename   (the same)
- *   PYSTACK D tid event frames more               (more: frames left out)
+ *   PYSTACK S tid event depth 0 entry length name (its last STRLEN - 1 bytes)
+ *   PYSTACK S tid event depth 1 entry length filename   (the same)
+ *   PYSTACK D tid event frames more top           (more: frames left out)
+ *   PYSTACK A tid event batch a0 ... a7           (--native: native
+ *                                                  frames 8 * batch to
+ *                                                  8 * batch + 7, their
+ *                                                  addresses; 0: none)
+ *   PYSTACK N tid event pid bias more regs        (--native: bias, the
+ *                                                  interpreter's load
+ *                                                  bias; more: frames
+ *                                                  left out; regs 0: the
+ *                                                  user registers were
+ *                                                  not found)
  *   PYSTACK L tid event depth line                (-1: no line)
  *   PYSTACK Z tid event status                    (0; 1: not this Python,
  *                                                  2: no thread state)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
- * and has no UTF-8 copy.
+ * and has no UTF-8 copy.  Entry 1: the frame before this one is an
+ * entry frame, owned by the C stack, which an activation of the
+ * evaluator pushes first: this frame is the outermost that activation
+ * runs.  Top 1: the thread's current frame is such an entry frame (an
+ * activation that runs no frame yet).
  * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
  */
 MACROS
@@ -286,6 +320,7 @@ FILTER
 {
 	$task = (struct task_struct *)curtask;
 	$event = nsecs;
+NATIVE
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
@@ -335,6 +370,7 @@ FILTER
 	$frame = *uptr((uint64 *)($tstate + TS_CURRENT_FRAME));
 	$cstack = ((uint64)(*uptr((uint8 *)($frame + FR_OWNER)) ^
 	    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+	$top = $cstack;
 	$frame += $cstack * (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
 	$depth = (uint64)0;
 	$field = (uint64)0;
@@ -360,13 +396,13 @@ FILTER
 		$over = ((uint64)(STRLEN - 1) - $length) >> 63;
 		$over &= 1 - $missing;
 		$data += $over * ($length - (uint64)(STRLEN - 1));
-		printf("PYSTACK S %d %lu %d %d %ld %s\n", tid, $event, $depth,
-		       $field, (int64)$length, str(uptr($data)));
-		/* after the file, the previous frame (and the one before it
-		 * if the C stack owns it) */
+		/* the previous frame (and the one before it if the C stack
+		 * owns it), which the frame's file moves to */
 		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
 		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
 		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+		printf("PYSTACK S %d %lu %d %d %d %ld %s\n", tid, $event, $depth,
+		       $field, $cstack, (int64)$length, str(uptr($data)));
 		$previous += $cstack *
 		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
 		$frame += $field * ($previous - $frame);
@@ -377,7 +413,8 @@ FILTER
 	$stop = $frame;
 	/* Nothing below reads $depth: loop 1 made the verifier track its
 	 * exact value, which would make it check loop 2 once per depth. */
-	printf("PYSTACK D %d %lu %d %d\n", tid, $event, $depth, $more);
+	printf("PYSTACK D %d %lu %d %d %d\n", tid, $event, $depth, $more,
+	       $top);
 
 	/* Lines: PyCode_Addr2Line(code, instr_ptr - code's first instruction)
 	 * of each frame, walking its location table (Objects/locations.md)
@@ -492,7 +529,8 @@ def macros(interp, args):
         ("FR_EXECUTABLE", o["interpreter_frame.executable"], ""),
         ("FR_INSTR_PTR", o["interpreter_frame.instr_ptr"], ""),
         ("FR_OWNER", o["interpreter_frame.owner"], ""),
-        ("FRAME_OWNED_BY_CSTACK", 3, "Include/internal/pycore_frame.h"),
+        ("FRAME_OWNED_BY_CSTACK", FRAME_OWNED_BY_CSTACK[interp.series],
+         "Include/internal/pycore_frame.h"),
         ("CO_NAME", o["code_object.name" if args.co_name
                       else "code_object.qualname"],
          "co_name" if args.co_name else "co_qualname"),
@@ -515,6 +553,11 @@ def macros(interp, args):
         ("MAX_INTERPRETERS", 8, ""),
         ("MAX_THREADS", args.max_threads, "thread states per interpreter"),
     ]
+    if getattr(args, "native", False):
+        values.append(("NATIVE_BATCHES", -(-args.max_native // 8),
+                       "records of 8 native frames, at most"))
+        values.append(("THREAD_SIZE", THREAD_SIZE,
+                       "the x86-64 kernel stack (without KASAN)"))
     lines = []
     for name, value, comment in values:
         line = "#define %-22s %s" % (name, value)
@@ -522,6 +565,59 @@ def macros(interp, args):
             line = "%-44s /* %s */" % (line, comment)
         lines.append(line)
     return "\n".join(lines)
+
+
+NATIVE_WALK = r"""
+	/* The native stack, from the frame pointers: the user registers
+	 * that the kernel saved on entry are at the top of the task's kernel
+	 * stack (task_pt_regs(); user code segment 0x33, else they are not
+	 * there); then the chain of saved frame pointers, each followed by
+	 * its return address.  A frame pointer that does not grow ends the
+	 * walk after its return address (a function without frame pointers
+	 * left another value in rbp); a read that fails gives 0, which ends
+	 * it too.  8 addresses per record, branch-free. */
+	$regs = (struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
+	    sizeof(struct pt_regs));
+	$user = (uint64)($regs->cs == 0x33 ? 1 : 0);
+	$ip = $regs->ip * $user;
+	$bp = (uint64)uptr($regs->bp * $user);
+	$batch = 0;
+	while ($batch < NATIVE_BATCHES) {
+		$a0 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a1 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a2 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a3 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a4 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a5 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a6 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		$a7 = $ip;
+		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
+		       tid, $event, $batch, $a0, $a1, $a2, $a3, $a4, $a5, $a6,
+		       $a7);
+		$batch++;
+		if ($ip == 0) {
+			break;
+		}
+	}
+	printf("PYSTACK N %d %lu %d %lu %d %d\n", tid, $event, pid,
+	       $task->mm->start_code - TEXT_VADDR, $ip != 0, $user);
+"""
 
 
 def program(interp, args, probes):
@@ -540,6 +636,10 @@ def program(interp, args, probes):
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
+    native = ""
+    if getattr(args, "native", False):
+        native = NATIVE_WALK
+    text = text.replace("NATIVE\n", native, 1)
     return text
 
 
@@ -561,8 +661,16 @@ class Event:
         self.names = {}
         self.files = {}
         self.lines = {}
+        self.entries = set()
         self.depth = None
         self.more = 0
+        self.top = 0
+        self.pid = None
+        self.bias = None
+        self.native = None
+        self.addresses = {}
+        self.native_more = False
+        self.native_regs = True
 
 
 def decode(length, text, strlen):
@@ -573,12 +681,14 @@ def decode(length, text, strlen):
     return text
 
 
-def parse(lines, strlen):
+def parse(lines, strlen, symbolizer=None, max_native=None):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
     counts as a stack of one pseudo-frame that says why.  A frame's line
     is -1 when its instruction has no line, None when it was not decoded.
+    The records of --native add the native stack, which merge() puts
+    together with the Python frames.
     """
     events = {}
     stacks = collections.Counter()
@@ -591,79 +701,385 @@ def parse(lines, strlen):
                       "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
                       "64)"] += int(lost.group(1))
             continue
-        fields = line.rstrip("\n").split(" ", 7)
+        fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
         event = events.setdefault(key, Event())
         if kind == "S":
             strings = event.files if fields[5] == "1" else event.names
-            strings[int(fields[4])] = decode(int(fields[6]), fields[7],
+            strings[int(fields[4])] = decode(int(fields[7]), fields[8],
                                              strlen)
+            if fields[6] == "1":
+                event.entries.add(int(fields[4]))
         elif kind == "D":
             event.depth, event.more = int(fields[4]), int(fields[5])
+            event.top = int(fields[6])
         elif kind == "L":
             event.lines[int(fields[4])] = int(fields[5])
+        elif kind == "A":
+            batch = int(fields[4])
+            words = line.split()[5:13]
+            for k, word in enumerate(words):
+                event.addresses[8 * batch + k] = int(word, 16)
+        elif kind == "N":
+            event.pid, event.bias = int(fields[4]), int(fields[5])
+            event.native_more = fields[6] == "1"
+            event.native_regs = fields[7].strip() == "1"
+            event.native = True
         elif kind == "Z":
             del events[key]
             status = int(fields[4])
             if status != 0 or event.depth is None:
                 reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                stacks[(Frame(reason, "", None),)] += 1
-                continue
-            if event.depth == 0:
-                stacks[(Frame(NO_FRAMES, "", None),)] += 1
-                continue
-            frames = []
-            for depth in range(event.depth):
-                frames.append(Frame(event.names.get(depth, "?"),
-                                    event.files.get(depth, "?"),
-                                    event.lines.get(depth)))
-                if depth not in event.lines:
-                    notes["frames without a line: the hit's stack has more "
-                          "location-table entries than --max-entries"] += 1
-            if event.more:
-                frames.append(Frame(TRUNCATED, "", None))
-                notes["stacks cut at --max-depth frames"] += 1
+                frames = [Frame(reason, "", None)]
+                segments = []
+            else:
+                frames, segments = python_frames(event, notes)
+            if event.native is not None:
+                frames = merge(native_frames(event, symbolizer, notes,
+                                             max_native),
+                               segments, event.more, notes) + (
+                    frames if not segments else [])
             stacks[tuple(frames)] += 1
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
     return stacks, notes
 
 
-def frame_text(frame):
+def python_frames(event, notes):
+    """The hit's Python frames, innermost first, and the same frames cut
+    into segments, one per activation of the evaluator, innermost first."""
+    if event.depth == 0:
+        return [Frame(NO_FRAMES, "", None)], []
+    frames = []
+    segments = [[]] if event.top else []
+    segment = []
+    for depth in range(event.depth):
+        frame = Frame(event.names.get(depth, "?"),
+                      event.files.get(depth, "?"),
+                      event.lines.get(depth))
+        frames.append(frame)
+        segment.append(frame)
+        if depth in event.entries:
+            segments.append(segment)
+            segment = []
+        if depth not in event.lines:
+            notes["frames without a line: the hit's stack has more "
+                  "location-table entries than --max-entries"] += 1
+    if segment:
+        segments.append(segment)
+    if event.more:
+        frames.append(Frame(TRUNCATED, "", None))
+        notes["stacks cut at --max-depth frames"] += 1
+    return frames, segments
+
+
+# --------------------------------------------------------- native frames
+
+NativeFrame = collections.namedtuple("NativeFrame", "symbol library")
+
+EVALUATOR = ("_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold")
+NATIVE_TRUNCATED = "[more native frames]"
+UNWIND_LOST = "[native frames lost]"
+UNKNOWN = "[unknown]"
+
+
+def native_frames(event, symbolizer, notes, max_native):
+    """The hit's native frames, innermost first, named from the process's
+    mappings (read while it ran) and the symbol tables of their files,
+    or, for the interpreter's own code, from its load bias.  A return
+    address is named by the byte before it, the call (a call to a
+    function that does not return may be a function's last
+    instruction)."""
+    if not event.native_regs:
+        notes["hits without native frames: the user registers are not at "
+              "the top of the kernel stack (a kernel with KASAN or FRED?)"] \
+            += 1
+    frames = []
+    for i in range(len(event.addresses)):
+        address = event.addresses.get(i, 0)
+        if address == 0 or (max_native and i >= max_native):
+            break
+        found = None
+        if symbolizer is not None:
+            found = symbolizer.lookup(event.pid, address - (i > 0),
+                                      event.bias)
+            if found is None and symbolizer.maps.get(event.pid):
+                # Not code: the chain went through a function without
+                # frame pointers, whose rbp held something else.
+                frames.append(NativeFrame(UNWIND_LOST, ""))
+                notes["native stacks cut where the frame pointers led "
+                      "out of the process's code, marked %s"
+                      % UNWIND_LOST] += 1
+                return frames
+        if found is None:
+            found = UNKNOWN, UNKNOWN
+            notes["native frames not named (mapped after the tool last "
+                  "read the process's mappings, or --read without "
+                  "them)"] += 1
+        frames.append(NativeFrame(*found))
+    cut = event.native_more or (
+        max_native and event.addresses.get(max_native, 0) != 0)
+    if cut:
+        frames.append(NativeFrame(NATIVE_TRUNCATED, ""))
+        notes["native stacks cut at --max-native frames"] += 1
+    return frames
+
+
+def is_trampoline(frame):
+    """A frame of the perf trampoline (-X perf, stacks__enable): code in
+    anonymous memory, named py:: from the perf map when there is one."""
+    return frame.symbol.startswith("py::") or (
+        frame.library == UNKNOWN or frame.library.startswith("["))
+
+
+def merge(native, segments, python_cut, notes):
+    """The native frames with each activation of the evaluator replaced by
+    the Python frames it runs, innermost first.
+
+    The activations pair with the segments from the outermost one, whose
+    frames the unwinder never misses; when a stack was cut (native frames
+    past --max-native, Python frames past --max-depth) they pair from
+    the innermost one.  A trampoline frame, the caller of an activation,
+    is left out: its Python frame is the segment's outermost.
+
+    Frame pointers miss one frame when the sample is at a function's
+    first or last instructions, or in a function without them (glibc's):
+    the caller of the innermost function.  When that caller is an
+    activation, its Python frames go there, after the innermost frame
+    (or in place of its trampoline, which names it).
+    """
+    kept = []
+    for i, frame in enumerate(native):
+        if is_trampoline(frame) and frame.symbol not in EVALUATOR:
+            if i > 0 and native[i - 1].symbol in EVALUATOR:
+                notes["trampoline frames left out (-X perf or "
+                      "stacks__enable): their Python frame is there"] += 1
+                continue
+            if frame.symbol.startswith("py::"):
+                # A trampoline whose activation the unwinder missed.
+                notes["evaluator frames missed by the frame pointers, "
+                      "found from their trampoline"] += 1
+                frame = NativeFrame(EVALUATOR[0], frame.library)
+        kept.append(frame)
+    activations = [i for i, frame in enumerate(kept)
+                   if frame.symbol in EVALUATOR]
+    native_cut = bool(kept) and kept[-1].symbol in (NATIVE_TRUNCATED,
+                                                    UNWIND_LOST)
+    pairs = {}
+    n, m = len(activations), len(segments)
+    inner = []
+    if native_cut or python_cut:
+        for k in range(min(n, m)):
+            pairs[activations[k]] = segments[k]
+        left = segments[n:]
+    else:
+        for k in range(1, min(n, m) + 1):
+            pairs[activations[n - k]] = segments[m - k]
+        inner = segments[:m - n] if m > n else []
+        left = []
+        if len(inner) == 1 and pairs and 0 not in pairs:
+            notes["evaluator frames missed by the frame pointers (a "
+                  "sample at a function's first instructions, or in one "
+                  "without them): put after the innermost frame"] += 1
+        elif inner:
+            notes["stacks with more Python activations than the frame "
+                  "pointers found, marked %s" % UNWIND_LOST] += 1
+            inner = inner + [[Frame(UNWIND_LOST, "", None)]]
+    if n > m:
+        notes["evaluator frames without Python frames (kept as native "
+              "frames)"] += 1
+    frames = []
+    for i, frame in enumerate(kept):
+        if i in pairs and pairs[i]:
+            frames.extend(pairs[i])
+        else:
+            frames.append(frame)
+        if i == 0 or not kept:
+            for segment in inner:
+                frames.extend(segment)
+            inner = []
+        if python_cut and activations and m and i == activations[
+                min(n, m) - 1]:
+            frames.append(Frame(TRUNCATED, "", None))
+            python_cut = False
+    for segment in inner + left:
+        frames.extend(segment)
+    if python_cut and m:
+        frames.append(Frame(TRUNCATED, "", None))
+    return frames
+
+
+class Symbolizer:
+    """Names native addresses from the mappings of the traced processes,
+    read while they run, and the symbol tables of their files."""
+
+    def __init__(self, interpreter=None):
+        self.maps = {}
+        self.tables = {}
+        self.interpreter = interpreter
+
+    def snapshot(self, pid, must_map=None):
+        try:
+            with open("/proc/%d/maps" % pid) as f:
+                text = f.read()
+        except OSError:
+            return
+        if must_map and must_map not in text:
+            return
+        entries = []
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 5 or "x" not in parts[1]:
+                continue
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5] if len(parts) > 5 else ""
+            entries.append((start, end, int(parts[2], 16), path))
+        self.maps[pid] = entries
+
+    def lookup(self, pid, address, bias=None):
+        for start, end, offset, path in self.maps.get(pid, ()):
+            if start <= address < end:
+                if not path.startswith("/"):
+                    return self._perf_map(pid, address), path or "[anon]"
+                return self._symbol(path, address - start + offset), path
+        if self.interpreter and bias is not None:
+            # Not mapped, or mapped too late: the interpreter's own code
+            # is at its load bias, which the record gives.
+            symbol = self._symbol(self.interpreter, address - bias,
+                                  vaddr=True)
+            if symbol != UNKNOWN:
+                return symbol, self.interpreter
+        return None
+
+    def _perf_map(self, pid, address):
+        """The name /tmp/perf-PID.map gives code in anonymous memory
+        (the perf trampolines of -X perf and stacks__enable: py::...)."""
+        entries = self.tables.get(("perf", pid))
+        if entries is None or not any(start <= address < end
+                                      for start, end, _ in entries):
+            entries = []
+            try:
+                with open("/tmp/perf-%d.map" % pid) as f:
+                    for line in f:
+                        start, size, name = line.rstrip("\n").split(" ", 2)
+                        start = int(start, 16)
+                        entries.append((start, start + int(size, 16), name))
+            except (OSError, ValueError):
+                pass
+            self.tables[("perf", pid)] = entries
+        for start, end, name in entries:
+            if start <= address < end:
+                return name
+        return UNKNOWN
+
+    def _symbol(self, path, where, vaddr=False):
+        """The function at file offset where (a virtual address if
+        vaddr) of the ELF file path."""
+        table = self.tables.get(path)
+        if table is None:
+            table = self.tables[path] = self._table(path)
+        segments, starts, symbols = table
+        if not vaddr:
+            for offset, start, size in segments:
+                if offset <= where < offset + size:
+                    where += start - offset
+                    break
+            else:
+                return UNKNOWN
+        vaddr = where
+        import bisect
+        i = bisect.bisect_right(starts, vaddr) - 1
+        if i >= 0 and vaddr < symbols[i][0] + symbols[i][1]:
+            return symbols[i][2]
+        return UNKNOWN
+
+    @staticmethod
+    def _table(path):
+        try:
+            elf = Elf(path)
+        except (OSError, Error):
+            return [], [], []
+        segments = [(offset, vaddr, filesz)
+                    for ptype, _, offset, vaddr, _, filesz, _, _
+                    in elf.segments if ptype == PT_LOAD]
+        functions = {}
+        symbols = elf.symbols()
+        debug = Symbolizer._debug_file(elf)
+        if debug is not None:
+            # The separate debug file (libc6-dbg for glibc) names the
+            # functions that the library's own .dynsym leaves out.
+            symbols.update(debug.symbols())
+        for name, (value, size, stype) in sorted(symbols.items()):
+            if stype == 2 and size:  # STT_FUNC
+                functions.setdefault(value, (value, size, name))
+        symbols = sorted(functions.values())
+        return segments, [symbol[0] for symbol in symbols], symbols
+
+    @staticmethod
+    def _debug_file(elf):
+        """The ELF file that /usr/lib/debug has for elf's build id."""
+        note = elf.section(".note.gnu.build-id")
+        if note is None:
+            return None
+        namesz, descsz, _ = struct.unpack_from("<III", elf.data,
+                                               note["offset"])
+        start = note["offset"] + 12 + ((namesz + 3) & ~3)
+        build_id = elf.data[start:start + descsz].hex()
+        path = "/usr/lib/debug/.build-id/%s/%s.debug" % (build_id[:2],
+                                                         build_id[2:])
+        try:
+            return Elf(path)
+        except (OSError, Error):
+            return None
+
+
+def frame_text(frame, native=False):
+    """A frame as printed: NAME (FILE:LINE), py::NAME (FILE:LINE) among
+    native frames, and a native one SYMBOL (LIBRARY'S FILE NAME)."""
+    if isinstance(frame, NativeFrame):
+        if not frame.library:
+            return frame.symbol
+        return "%s (%s)" % (frame.symbol, os.path.basename(frame.library))
     if not frame.filename:
         return frame.name
     line = {None: "?", -1: "-"}.get(frame.line, frame.line)
-    return "%s (%s:%s)" % (frame.name, frame.filename, line)
+    return "%s%s (%s:%s)" % ("py::" if native else "", frame.name,
+                             frame.filename, line)
 
 
 def stack_order(item):
     """Sort key of a (stack, count) item: the most frequent first, then by
     frames.  A frame's line is None when it was not decoded: it sorts
-    before every line, as -2, for None and int do not compare."""
+    before every line, as -2, for None and int do not compare; a native
+    frame has none, -3."""
     stack, count = item
-    return (-count, [(frame.name, frame.filename,
-                      -2 if frame.line is None else frame.line)
+    return (-count, [(frame[0], frame[1],
+                      -3 if isinstance(frame, NativeFrame)
+                      else -2 if frame.line is None else frame.line)
                      for frame in stack])
 
 
-def print_counts(stacks, out):
+def print_counts(stacks, out, native=False):
     for stack, count in sorted(stacks.items(), key=stack_order):
         out.write("%d\n" % count)
         for frame in stack:
-            out.write("    %s\n" % frame_text(frame))
+            out.write("    %s\n" % frame_text(frame, native))
         out.write("\n")
 
 
-def print_folded(stacks, out):
+def print_folded(stacks, out, native=False):
     folded = collections.Counter()
     for stack, count in stacks.items():
-        names = [frame_text(frame).replace(";", ":") for frame in stack]
+        names = [frame_text(frame, native).replace(";", ":")
+                 for frame in stack]
         folded[";".join(reversed(names))] += count
     for line, count in sorted(folded.items()):
         out.write("%s %d\n" % (line, count))
 
 
 def print_json(stacks, out):
+    """Python frames are {"name", "filename", "line"}, native ones
+    {"symbol", "library"}."""
     rows = [{"count": count,
              "frames": [f._asdict() for f in stack]}
             for stack, count in sorted(stacks.items(), key=stack_order)]
@@ -671,14 +1087,17 @@ def print_json(stacks, out):
     out.write("\n")
 
 
-def report(lines, args, out):
-    stacks, notes = parse(lines, args.strlen)
+def report(lines, args, out, symbolizer=None):
+    stacks, notes = parse(lines, args.strlen, symbolizer,
+                          getattr(args, "max_native", None))
+    native = getattr(args, "native", False) or any(
+        isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:
-        print_folded(stacks, out)
+        print_folded(stacks, out, native)
     elif args.json:
         print_json(stacks, out)
     else:
-        print_counts(stacks, out)
+        print_counts(stacks, out, native)
     for note, count in sorted(notes.items()):
         sys.stderr.write("pystack: %d %s\n" % (count, note))
 
@@ -739,7 +1158,7 @@ def forward_stderr(pipe, out, copy):
             out.flush()
 
 
-def run_bpftrace(text, args):
+def run_bpftrace(text, args, interp_path=None):
     bpftrace = shutil.which("bpftrace")
     if bpftrace is None:
         raise Error("bpftrace not found (apt-get install bpftrace)")
@@ -773,6 +1192,13 @@ def run_bpftrace(text, args):
                              args=(proc.stdout, sys.stdout.buffer)),
             threading.Thread(target=forward_stderr,
                              args=(proc.stderr, sys.stderr.buffer, stderr))]
+        symbolizer = None
+        if args.native:
+            symbolizer = Symbolizer(interp_path)
+            threads.append(threading.Thread(
+                target=watch_mappings,
+                args=(proc, args.pid, symbolizer, interp_path),
+                daemon=True))
         for thread in threads:
             thread.start()
         while True:
@@ -800,7 +1226,38 @@ def run_bpftrace(text, args):
                         % (proc.returncode,
                            bpftrace_errors("".join(stderr))
                            or "no error message"))
-        return lines, proc.returncode, output
+        return lines, proc.returncode, output, symbolizer
+
+
+def watch_mappings(bpftrace, pid, symbolizer, interpreter):
+    """Read the mappings of the traced process while it runs (PID, or
+    the command that bpftrace runs, once it is the interpreter), for the
+    native addresses that bpftrace prints after the process is gone, and
+    the libraries it maps as it goes: for a command, which may be
+    short-lived (and whose dynamic loader maps the libraries after the
+    interpreter), every 5 ms for its first 200 ms, then every 50 ms;
+    every 500 ms for a process that runs already."""
+    polls = 0
+    while bpftrace.poll() is None:
+        pids = [pid] if pid is not None else children(bpftrace.pid)
+        for child in pids:
+            symbolizer.snapshot(child, None if pid is not None
+                                else interpreter)
+        if symbolizer.maps:
+            polls += 1
+        time.sleep(0.5 if pid is not None else 0.005 if polls < 40
+                   else 0.05)
+
+
+def children(pid):
+    found = []
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                found.extend(int(word) for word in f.read().split())
+    except OSError:
+        pass
+    return found
 
 
 def main(argv=None):
@@ -833,6 +1290,13 @@ def main(argv=None):
     parser.add_argument("--co-name", action="store_true",
                         help="name frames by co_name, as tracebacks do "
                         "(default: co_qualname)")
+    parser.add_argument("--native", action="store_true",
+                        help="whole stacks: the native frames (frame "
+                        "pointers), each activation of the evaluator "
+                        "replaced by the Python frames it runs")
+    parser.add_argument("--max-native", type=int, default=DEFAULT_MAX_NATIVE,
+                        help="native frames kept per stack with --native, "
+                        "innermost first (default %(default)s)")
     parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH,
                         help="frames kept per stack, innermost first "
                         "(default %(default)s)")
@@ -862,12 +1326,18 @@ def main(argv=None):
     try:
         if args.read:
             with open(args.read, encoding="utf-8", errors="replace") as f:
-                report(f.readlines(), args, sys.stdout)
+                # --python names the interpreter's native frames that
+                # bpftrace could not name.
+                report(f.readlines(), args, sys.stdout,
+                       Symbolizer(os.path.realpath(args.python))
+                       if args.python else None)
             return 0
         if not args.probe:
             parser.error("--probe is required")
         if not 1 <= args.max_depth <= 512:
             parser.error("--max-depth must be 1 to 512")
+        if not 1 <= args.max_native <= 1024:
+            parser.error("--max-native must be 1 to 1024")
         if not 2 <= args.strlen <= 200:
             parser.error("--strlen must be 2 to 200")
         python = resolve_python(args)
@@ -877,9 +1347,14 @@ def main(argv=None):
         if args.print_program:
             sys.stdout.write(text)
             return 0
-        lines, status, records = run_bpftrace(text, args)
+        lines, status, records, symbolizer = run_bpftrace(text, args,
+                                                           interp.path)
+        # bpftrace has stopped: a second Ctrl-C (python -m usdt.tools
+        # sends SIGINT until the tool ends, as one sent before bpftrace
+        # attached is lost) must not lose the counts being made.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            report(lines, args, sys.stdout)
+            report(lines, args, sys.stdout, symbolizer)
         except BaseException:
             sys.stderr.write("pystack: the records of this run are in %s: "
                              "count them again with --read %s\n"

@@ -1,0 +1,625 @@
+"""pystack.py --native: whole stacks, native and Python frames merged.
+
+The ground truth is the traced program itself and gdb:
+
+- the Python part: at the very line where the workload makes the call
+  that hits the probe, it records traceback.extract_stack() (and the
+  co_qualname of each frame), as in test_pystack;
+- the native part: gdb stops the same program at the same events (the
+  write(2) syscall to one file descriptor, the gc__start marker) and
+  prints its backtrace without inlined frames, as the frame pointers see
+  it.  Each run of Python frames of pystack.py's stack stands for one
+  activation of the evaluator, _PyEval_EvalFrameDefault in gdb's.
+
+And, as a held-out check: attached with -p to a process whose outer()
+began before the tracer, at least 90 % of the samples that reach leaf()
+show outer, middle and leaf, in order, between native frames.
+"""
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+import test_pystack as base
+from support import (PYTHON, free_threaded, perf_map_entries,
+                     require_bpftrace, run, run_gdb, start)
+
+# Writes to FD from Python code re-entered from C (sorted's key, map's
+# function), in a thread, a generator and coroutines.
+WRITES = textwrap.dedent("""\
+    import asyncio, os, threading
+    from recorder import record
+
+    FD = 77
+    os.dup2(os.open(os.devnull, os.O_WRONLY), FD)
+
+    def key(x):
+        record(os.write(FD, b"k"))
+        return -x
+
+    def outer():
+        return sorted([3, 1, 2], key=key)
+
+    def mapped(x):
+        record(os.write(FD, b"m"))
+        return x
+
+    def worker():
+        outer()
+        list(map(mapped, [1, 2]))
+
+    def generator():
+        for i in range(2):
+            record(os.write(FD, b"g"))
+            yield i
+
+    async def coroutine():
+        record(os.write(FD, b"c"))
+        await asyncio.sleep(0)
+        record(os.write(FD, b"d"))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    outer()
+    list(generator())
+    asyncio.run(coroutine())
+    """)
+
+COLLECTIONS = textwrap.dedent("""\
+    import gc
+    from recorder import record
+
+    gc.disable()
+
+    def key(x):
+        record(gc.collect())
+        return x
+
+    def collect(generation):
+        record(gc.collect(generation))
+
+    collect(0)
+    sorted([2, 1], key=key)
+    """)
+
+# gdb's side: at each stop, the frames that are on the stack (not those
+# inlined, nor those that made a tail call, which gdb shows from the debug
+# information), innermost first, as "GDBFRAME depth name|library" lines, then "GDBEND".
+GDB_DUMP = textwrap.dedent("""\
+    python
+    import gdb, os
+    def dump_stack():
+        frame = gdb.newest_frame()
+        depth = 0
+        while frame is not None:
+            if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+                library = (gdb.solib_name(frame.pc())
+                           or gdb.current_progspace().filename)
+                print("GDBFRAME %d %s|%s" % (depth, frame.name() or "??",
+                                             os.path.realpath(library)))
+                depth += 1
+            frame = frame.older()
+        print("GDBEND")
+    end
+    """)
+
+# Clones GCC makes of a function keep its name with a suffix, which gdb
+# and bpftrace do not always both show.
+CLONE = re.compile(r"\.(constprop|isra|part|cold|lto_priv)(\.\d+)?")
+
+# What gdb unwinds past the outermost frame that the frame pointers reach
+# (glibc's start-up code and clone3 have none).
+BEYOND_FRAME_POINTERS = {"__libc_start_main_impl", "__libc_start_main",
+                         "_start", "clone3", "clone", "__clone3"}
+
+
+def normal(name):
+    return CLONE.sub("", name)
+
+
+def collapsed(frames):
+    """A merged stack as gdb shows it: each run of Python frames one
+    activation of the evaluator, native frames (name, library)."""
+    shown = []
+    for frame in frames:
+        if "symbol" in frame:
+            shown.append((normal(frame["symbol"]),
+                          os.path.realpath(frame["library"])
+                          if frame["library"].startswith("/")
+                          else frame["library"]))
+        elif not shown or shown[-1][0] != "_PyEval_EvalFrameDefault":
+            shown.append(("_PyEval_EvalFrameDefault",
+                          os.path.realpath(PYTHON)))
+    return shown
+
+
+class NativeStacksBase(unittest.TestCase):
+    """What the tests of a -c run share: the workload, the tools, gdb,
+    and the comparisons."""
+
+    maxDiff = None
+
+    def setUp(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("pystack.py refuses free-threaded builds "
+                          "(test_pystack checks that it says so)")
+        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def workload(self, text):
+        self.write("recorder.py", base.RECORDER)
+        return self.write("workload.py", text)
+
+    def pystack(self, options, command):
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--json",
+                    *options, "-c", " ".join(command)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("lost", proc.stderr)
+        return json.loads(proc.stdout), proc.stderr
+
+    def gdb_stacks(self, commands, command):
+        proc = run_gdb(GDB_DUMP + commands + "run\n", *command)
+        out = proc.stdout.decode("utf-8", "replace")
+        stacks, stack = [], []
+        for line in out.splitlines():
+            if line.startswith("GDBFRAME "):
+                name, _, library = line.split(" ", 2)[2].partition("|")
+                stack.append((normal(name), library))
+            elif line == "GDBEND":
+                stacks.append(stack)
+                stack = []
+        self.assertTrue(stacks, out + proc.stderr.decode("utf-8", "replace"))
+        return stacks
+
+    def check_native(self, rows, gdb_stacks, innermost_by_library):
+        """Each merged stack, collapsed, is one of gdb's stacks frame by
+        frame, as many times; the first innermost_by_library frames are
+        compared by library only (glibc's aliases: bpftrace and gdb name
+        the same address differently)."""
+        def key(stack):
+            return tuple((library if i < innermost_by_library else name,
+                          library)
+                         for i, (name, library) in enumerate(stack))
+        expected = collections.Counter()
+        interpreter = os.path.realpath(PYTHON)
+        for stack in gdb_stacks:
+            if stack[0][1] != interpreter:
+                # glibc's write has no frame pointer: the frame pointers
+                # go from it to its caller's caller (_Py_write is lost).
+                stack = stack[:1] + stack[2:]
+            expected[key(stack)] += 1
+        found = collections.Counter()
+        for row in rows:
+            stack = key(collapsed(row["frames"]))
+            # The frame pointers end before glibc's start-up code: take
+            # the gdb stack this one begins, if what gdb has beyond is
+            # only that.
+            for candidate in expected:
+                if (candidate[:len(stack)] == stack and all(
+                        name in BEYOND_FRAME_POINTERS
+                        for name, _ in candidate[len(stack):])):
+                    stack = candidate
+                    break
+            found[stack] += row["count"]
+        self.assertEqual(found, expected)
+
+    def check_python(self, rows, recorded):
+        """The Python frames of each merged stack are the recorded ones."""
+        found = collections.Counter()
+        for row in rows:
+            found[tuple((f["name"], f["filename"], f["line"])
+                        for f in row["frames"] if "name" in f)] \
+                += row["count"]
+        expected = collections.Counter(
+            tuple((frame[0], frame[2], frame[3]) for frame in stack)
+            for stack in recorded)
+        self.assertEqual(found, expected)
+
+
+
+class NativeStacksTest(NativeStacksBase):
+
+    def test_writes_against_traceback_and_gdb(self):
+        workload = self.workload(WRITES)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, _ = self.pystack(
+            ["--probe", "tracepoint:syscalls:sys_enter_write",
+             "--filter", "args->fd == 77"], command)
+        with open(expected) as f:
+            recorded = json.load(f)
+        self.assertEqual(len(recorded), 12)
+        self.check_python(rows, recorded)
+        gdb = self.gdb_stacks("catch syscall write\n"
+                              "condition 1 $rdi == 77 && $rax == -38\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        self.assertEqual(len(gdb), 12)
+        self.check_native(rows, gdb, 1)
+        # The sort key in the true order: outer, then sorted's C code,
+        # then key; and the same for map.
+        for row in rows:
+            names = [f.get("name") or f["symbol"] for f in row["frames"]]
+            if "key" in names:
+                self.assertLess(names.index("key"),
+                                names.index("builtin_sorted"))
+                self.assertLess(names.index("builtin_sorted"),
+                                names.index("outer"))
+            if "mapped" in names:
+                self.assertLess(names.index("mapped"),
+                                names.index("map_next"))
+                self.assertLess(names.index("map_next"),
+                                names.index("worker"))
+
+    def test_gc_start_against_traceback_and_gdb(self):
+        workload = self.workload(COLLECTIONS)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, _ = self.pystack(["--probe", "usdt:PYTHON:python:gc__start"],
+                               command)
+        with open(expected) as f:
+            recorded = json.load(f)
+        # Only the recorded collections: the interpreter collects at exit
+        # too, with no Python frame.
+        rows = [row for row in rows
+                if any(f.get("name") in ("collect", "key")
+                       for f in row["frames"])]
+        self.check_python(rows, recorded)
+        gdb = self.gdb_stacks("break -probe-stap python:gc__start\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        # The recorded collections are the last that Python code runs
+        # (those at start-up may too, before gc.disable(); those at exit
+        # do not).
+        gdb = [stack for stack in gdb
+               if any(name == "_PyEval_EvalFrameDefault"
+                      for name, _ in stack)][-len(recorded):]
+        self.assertEqual(len(recorded), 3)
+        self.check_native(rows, gdb, 0)
+
+
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                        "whole_stacks_workload.py")
+
+
+class AttachTest(unittest.TestCase):
+    """-p on a process whose outer() began before the tracer attached."""
+
+    maxDiff = None
+    # Samples taken after the first one came.
+    SECONDS = 4
+
+    def setUp(self):
+        require_bpftrace(self)
+        if free_threaded():
+            self.skipTest("pystack.py refuses free-threaded builds "
+                          "(test_pystack checks that it says so)")
+        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def sample(self, *python_options, arm=False):
+        target = start(self, [PYTHON, *python_options, WORKLOAD],
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        ready = target.stdout.readline().split()
+        self.assertEqual(ready[:1], ["ready"])
+        if arm:
+            self.arm_stacks_enable(target.pid)
+        records = os.path.join(self.tmp, "records")
+        tool = start(self, [base.TOOL_PYTHON, base.TOOL, "--native",
+                            "--json", "--probe", "profile:hz:99",
+                            "--save", records, "-p", str(target.pid)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # SIGINT before bpftrace has attached would be lost: wait for the
+        # first sample.
+        deadline = time.monotonic() + 120
+        while (time.monotonic() < deadline and tool.poll() is None
+               and not self.saved(records)):
+            time.sleep(0.1)
+        if tool.poll() is not None:
+            self.fail(tool.stderr.read())
+        time.sleep(self.SECONDS)
+        tool.send_signal(signal.SIGINT)
+        stdout, stderr = tool.communicate(timeout=120)
+        self.assertEqual(tool.returncode, 0, stderr)
+        target.stdin.close()
+        target.wait()
+        return json.loads(stdout), stderr
+
+    def arm_stacks_enable(self, pid):
+        """A tracer of its own arms python:stacks__enable in pid (as the
+        howto's "Python names in native stacks" does); returns once the
+        trampoline is on: the perf map names leaf(), which the workload
+        calls anew all the time."""
+        arming = start(self, ["bpftrace", "-q", "-p", str(pid), "-e",
+                              "usdt:%s:python:stacks__enable { }"
+                              % os.path.realpath(PYTHON)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(arming.send_signal, signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and arming.poll() is None:
+            if any(entry.startswith("py::leaf:")
+                   for entry in perf_map_entries(pid)):
+                return
+            time.sleep(0.1)
+        self.fail("the trampoline did not come on: %s"
+                  % (arming.poll() is not None and arming.stderr.read()))
+
+    @staticmethod
+    def saved(records):
+        if not os.path.exists(records):
+            return False
+        with open(records, errors="replace") as f:
+            return any(line.startswith("PYSTACK N") for line in f)
+
+    def check_chain(self, rows):
+        """At least 90 % of the samples in leaf() show leaf, middle and
+        outer in order, the threads' native frames outside them, and no
+        Python frame twice."""
+        reaching = complete = 0
+        for row in rows:
+            frames = row["frames"]
+            names = [f["name"] for f in frames if "name" in f]
+            if "leaf" not in names:
+                continue
+            reaching += row["count"]
+            # The Python frames after leaf, whatever native frames are
+            # between them (with -X perf, each call is an activation of
+            # its own, called from C).
+            i = names.index("leaf")
+            at = next((k for k, f in enumerate(frames)
+                       if f.get("name") == "outer"), len(frames))
+            outside = [f.get("symbol") for f in frames[at + 1:]]
+            if (names[i:i + 3] == ["leaf", "middle", "outer"]
+                    and "pythread_wrapper" in outside
+                    and "symbol" in frames[-1]
+                    and names.count("outer") == 1
+                    and names.count("middle") == 1):
+                complete += row["count"]
+        self.assertGreater(reaching, 20, rows)
+        self.assertGreaterEqual(complete, 0.9 * reaching,
+                                json.dumps(rows, indent=1))
+        return reaching, complete
+
+    def test_outer_entered_before_attach(self):
+        rows, stderr = self.sample()
+        self.check_chain(rows)
+
+    def test_perf_trampoline(self):
+        # -X perf: every Python call goes through a trampoline, a native
+        # frame in anonymous memory named in the perf map; pystack.py
+        # leaves it out, for its Python frame is there already.
+        rows, stderr = self.sample("-X", "perf")
+        self.check_trampolines(rows, stderr)
+
+    def test_perf_and_stacks_enable(self):
+        # -X perf, and stacks__enable armed by another tracer, in a
+        # process that allows it (-X dtrace_stacks): one trampoline, whose
+        # frames are left out as well.
+        rows, stderr = self.sample("-X", "perf", "-X", "dtrace_stacks",
+                                   arm=True)
+        self.check_trampolines(rows, stderr)
+
+    def test_stacks_enable_armed_after_outer(self):
+        # stacks__enable alone: the trampoline wraps the calls made after
+        # it was armed (middle, leaf), not outer; the merged stacks have
+        # them all, once each.
+        rows, stderr = self.sample("-X", "dtrace_stacks", arm=True)
+        self.check_trampolines(rows, stderr)
+
+    def check_trampolines(self, rows, stderr):
+        self.check_chain(rows)
+        self.assertIn("trampoline frames left out", stderr)
+        for row in rows:
+            for frame in row["frames"]:
+                self.assertFalse(frame.get("symbol", "").startswith("py::"),
+                                 row)
+
+
+class FoldedTest(NativeStacksBase):
+
+    def test_folded_sort_key(self):
+        # examples/sort_key.py: root first, outer, then sorted's C code,
+        # then key, then write(2)'s; and the flame graph's parser takes it.
+        example = os.path.join(base.TOP, "examples", "sort_key.py")
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--folded",
+                    "--probe", "tracepoint:syscalls:sys_enter_write",
+                    "--filter", "args->fd == 2", "-c",
+                    "%s %s" % (PYTHON, example)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
+                         3, proc.stdout)
+        python = os.path.basename(os.path.realpath(PYTHON))
+        for line in lines:
+            frames = line.rpartition(" ")[0].split(";")
+            order = [frames.index(frame) for frame in (
+                "py::<module> (%s:10)" % example,
+                "py::outer (%s:8)" % example,
+                "builtin_sorted (%s)" % python,
+                "list_sort_impl (%s)" % python,
+                "py::key (%s:4)" % example,
+                "os_write (%s)" % python)]
+            self.assertEqual(order, sorted(order), line)
+            self.assertTrue(frames[-1].endswith("(libc.so.6)"), line)
+        check = run([PYTHON, "-c", "import sys, usdt.flamegraph as f; "
+                     "print(sum(c for _, c in f.parse_folded("
+                     "sys.stdin.read().splitlines(), '-')))"],
+                    input=proc.stdout)
+        self.assertEqual(check.stdout.strip(), "3", check.stderr)
+
+
+class ToolsTest(NativeStacksBase):
+    """python -m usdt.tools stacks takes pystack.py's options."""
+
+    def test_stacks_native_json_filtered(self):
+        workload = self.workload(WRITES)
+        expected = os.path.join(self.tmp, "expected.json")
+        proc = run([PYTHON, "-m", "usdt.tools", "stacks", "--native",
+                    "--json", "-f", "builtin_sorted", "--probe",
+                    "tracepoint:syscalls:sys_enter_write",
+                    "-c", "%s %s %s" % (PYTHON, workload, expected)],
+                   timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = json.loads(proc.stdout)
+        with open(expected) as f:
+            recorded = [stack for stack in json.load(f)
+                        if stack[0][0] == "key"]
+        self.assertEqual(len(recorded), 6)
+        self.check_python(rows, recorded)
+
+
+def load_pystack():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pystack", base.TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeSymbolizer:
+    """Names the addresses 1, 2, 3... of a made-up process."""
+
+    maps = {1: True}
+
+    def __init__(self, names):
+        self.names = names
+
+    def lookup(self, pid, address, bias=None):
+        # Return addresses are named by the byte before them: +1 below.
+        return self.names.get(address) or self.names.get(address + 1)
+
+
+class MergeTest(unittest.TestCase):
+    """pystack.py's merge of made-up records, cut stacks included: what
+    the limits of the howto's "Whole stacks" say."""
+
+    NAMES = {0x10: ("leaf_c", "/lib/x.so"),
+             0x20: ("_PyEval_EvalFrameDefault", "/py"),
+             0x30: ("sorted_c", "/py"),
+             0x40: ("_PyEval_EvalFrameDefault.cold", "/py"),
+             0x50: ("main", "/py"),
+             0x60: ("py::trampoline", "[anon]")}
+
+    def records(self, addresses, frames, entries, more=0, native_more=0):
+        """The records of one hit: native addresses, and Python frames
+        (names) innermost first, entries: depths after which the chain
+        crosses an entry frame."""
+        lines = []
+        padded = addresses + [0] * (-len(addresses) % 8 or 8)
+        for batch in range(len(padded) // 8):
+            lines.append("PYSTACK A 1 9 %d %s\n" % (batch, " ".join(
+                "%x" % a for a in padded[8 * batch:8 * batch + 8])))
+        lines.append("PYSTACK N 1 9 1 0 %d 1\n" % native_more)
+        for depth, name in enumerate(frames):
+            entry = int(depth in entries)
+            lines.append("PYSTACK S 1 9 %d 0 %d %d %s\n"
+                         % (depth, entry, len(name), name))
+            lines.append("PYSTACK S 1 9 %d 1 %d 3 f.py\n" % (depth, entry))
+        lines.append("PYSTACK D 1 9 %d %d 0\n" % (len(frames), more))
+        for depth in range(len(frames)):
+            lines.append("PYSTACK L 1 9 %d %d\n" % (depth, depth + 1))
+        lines.append("PYSTACK Z 1 9 0\n")
+        return lines
+
+    def merged(self, lines, max_native=128):
+        pystack = load_pystack()
+        stacks, notes = pystack.parse(lines, 128,
+                                      FakeSymbolizer(self.NAMES), max_native)
+        (stack, count), = stacks.items()
+        return [frame[0] for frame in stack], notes
+
+    def test_activations_replaced_in_order(self):
+        # leaf_c <- [key] <- sorted_c <- [outer, <module>] <- main
+        names, _ = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x41, 0x51], ["key", "outer", "<module>"],
+            {0, 2}))
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c", "outer",
+                                 "<module>", "main"])
+
+    def test_trampoline_left_out(self):
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x61, 0x31, 0x21, 0x51], ["key", "outer"], {0, 1}))
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c", "outer",
+                                 "main"])
+        self.assertTrue(any("trampoline" in note for note in notes))
+
+    def test_python_depth_cut_is_marked(self):
+        # --max-depth 1: only key was walked; the outer activation stays
+        # as the native frame it is.
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x21, 0x51], ["key"], {0}, more=1))
+        self.assertEqual(names, ["leaf_c", "key", "[more frames]",
+                                 "sorted_c", "_PyEval_EvalFrameDefault",
+                                 "main"])
+        self.assertIn("stacks cut at --max-depth frames", notes)
+
+    def test_native_cut_is_marked(self):
+        # --max-native 3: the outer activation's Python frames follow the
+        # mark.
+        names, notes = self.merged(self.records(
+            [0x10, 0x21, 0x31, 0x21, 0x51], ["key", "outer"], {0, 1}),
+            max_native=3)
+        self.assertEqual(names, ["leaf_c", "key", "sorted_c",
+                                 "[more native frames]", "outer"])
+        self.assertIn("native stacks cut at --max-native frames", notes)
+
+    def test_chain_out_of_code_is_marked(self):
+        # An address in no mapping: the frame pointers went astray.
+        names, _ = self.merged(self.records(
+            [0x10, 0x999, 0x21, 0x51], ["key", "outer"], {0, 1}))
+        self.assertEqual(names, ["leaf_c", "[native frames lost]", "key",
+                                 "outer"])
+
+
+class RefusalTest(unittest.TestCase):
+    """What --native refuses, in one line."""
+
+    def test_free_threaded_refused_with_reason(self):
+        # A copy of the interpreter whose _Py_DebugOffsets say that it is
+        # free-threaded (the field after the version).
+        with open(PYTHON, "rb") as f:
+            data = bytearray(f.read())
+        cookies = []
+        i = data.find(b"xdebugpy")
+        while i != -1:
+            if int.from_bytes(data[i + 8:i + 16], "little") >> 16 == 0x030d:
+                cookies.append(i)
+            i = data.find(b"xdebugpy", i + 1)
+        self.assertEqual(len(cookies), 1, cookies)
+        data[cookies[0] + 16:cookies[0] + 24] = (1).to_bytes(8, "little")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "python")
+            with open(copy, "wb") as f:
+                f.write(data)
+            proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--probe",
+                        "BEGIN", "--python", copy, "--print-program"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stderr,
+                         "pystack: %s is a free-threaded build: not "
+                         "supported (its frames and code objects are not "
+                         "checked)\n" % copy)
+
+    def test_max_native_out_of_range(self):
+        for value in ("0", "1025"):
+            proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--probe",
+                        "BEGIN", "--python", PYTHON, "--print-program",
+                        "--max-native", value])
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("--max-native must be 1 to 1024",
+                          proc.stderr.splitlines()[-1])
