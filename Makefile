@@ -33,7 +33,7 @@ export SERIES
 	bench-stacks demo bench-framepointers-release bench-framepointers-release-wall \
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
-.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
+.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
 
 all: build
 
@@ -313,6 +313,12 @@ bench-watcher: build
 bench-stacks: build
 	/usr/bin/python3.11 bench/stacks.py $(S)/obj/python \
 		--out-md docs/stacks.md --out-json docs/stacks.json
+
+# What each tool of python -m usdt.tools costs the process it traces
+# (docs/tools-cost.md; the JSON is installed for the tools' --help).
+bench-tools: build
+	/usr/bin/python3.11 bench/tools.py $(S)/obj/python \
+		--out-json overlay/Lib/usdt/tools-cost.json --out-md docs/tools-cost.md
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)
