@@ -34,7 +34,7 @@ export SERIES
 	bench-stacks bench-whole-stacks demo bench-framepointers-release bench-framepointers-release-wall \
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
-.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
+.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
 
 all: build
 
@@ -326,6 +326,12 @@ bench-stacks: build
 bench-whole-stacks: build
 	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
+
+# What each tool of python -m usdt.tools costs the process it traces
+# (docs/tools-cost.md; the JSON is installed for the tools' --help).
+bench-tools: build
+	/usr/bin/python3.11 bench/tools.py $(S)/obj/python \
+		--out-json overlay/Lib/usdt/tools-cost.json --out-md docs/tools-cost.md
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)

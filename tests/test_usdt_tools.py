@@ -24,8 +24,8 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, SETTRACE_LINES, free_threaded,
-                     require_bpftrace, run, start)
+from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP,
+                     free_threaded, require_bpftrace, run, start)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, py_frame, start_consenting_workload
 
@@ -149,6 +149,27 @@ class FrontDoorTest(ToolsTestCase):
                 for option in ("-p PID", "-c CMD", "-d SECONDS", "-o FILE",
                                "-f TEXT"):
                     self.assertIn(option, proc.stdout)
+
+    def test_help_shows_the_measured_costs(self):
+        # Every row of docs/tools-cost.md (bench/tools.py's report) is in
+        # --help, on its tool's line, and the howto's table is the same.
+        with open(os.path.join(TOP, "docs", "tools-cost.md")) as f:
+            rows = re.findall(r"^\| `([\w -]+)` \| (\w+) \| ×([\d.]+) \|",
+                              f.read(), re.M)
+        self.assertGreaterEqual(len(rows), 20, rows)
+        proc = self.tools("--help")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        listed = dict(re.findall(r"^    (\w+)\s+(.*)$", proc.stdout, re.M))
+        for tool, workload, slowdown in rows:
+            name, _, option = tool.partition(" ")
+            self.assertIn("%s×%s on %s" % (option + " " if option else "",
+                                           slowdown, workload),
+                          listed.get(name, ""), (tool, workload))
+        with open(os.path.join(TOP, "overlay", "Doc", "howto",
+                               "instrumentation.rst")) as f:
+            howto = re.findall(r"^``([\w -]+)``\s+(\w+)\s+×([\d.]+)\s*$",
+                               f.read(), re.M)
+        self.assertEqual(howto, rows)
 
     def test_refuses_another_interpreter(self):
         # sleep(1) is a process that does not run this interpreter.

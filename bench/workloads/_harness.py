@@ -5,7 +5,8 @@ Environment, set by bench/run.py:
   BENCH_DRYRUN    stop after start-up and the module body: the baseline
                   that armed-probe hit counts are measured against
   BENCH_TIMING    print the timed region's duration as elapsed_ns= on
-                  stderr
+                  stderr, and its CPU time (user and system, of every
+                  thread) as cpu_ns= (bench/tools.py)
 """
 
 import os
@@ -21,9 +22,13 @@ def bench_main(run, setup=None):
         sys.exit(0)
     if setup is not None:
         setup()
+    timing = bool(os.environ.get("BENCH_TIMING"))
+    c0 = time.process_time_ns() if timing else 0
     t0 = time.perf_counter_ns()
     checksum = run(SCALE)
     t1 = time.perf_counter_ns()
-    if os.environ.get("BENCH_TIMING"):
+    if timing:
+        c1 = time.process_time_ns()
         print(f"elapsed_ns={t1 - t0}", file=sys.stderr)
+        print(f"cpu_ns={c1 - c0}", file=sys.stderr)
     print(checksum)

@@ -634,7 +634,28 @@ def profile_command(args):
 
 EPILOG = """\
 Every tool but flamegraph and list takes -p PID or -c CMD, and -d SECONDS,
--o FILE, -f TEXT: python -m usdt.tools TOOL --help."""
+-o FILE, -f TEXT: python -m usdt.tools TOOL --help.  [traced, CPU ×F on W]:
+the traced process's CPU time over the same untraced, on bench workload W
+(bench/tools.py; docs/tools-cost.md)."""
+
+
+def measured_costs():
+    """{tool: "CPU ×F on WORKLOAD, ..."} of tools-cost.json, installed
+    next to this module (bench/tools.py measures it): what tracing costs
+    the process, by tool; {} without the file."""
+    try:
+        with open(os.path.join(HERE, "tools-cost.json")) as f:
+            rows = json.load(f)["rows"]
+    except FileNotFoundError:
+        return {}
+    costs = collections.defaultdict(list)
+    for row in rows:
+        name, _, option = row["tool"].partition(" ")
+        costs[name].append("%s×%.2f on %s" % (option + " " if option else "",
+                                               row["slowdown"],
+                                               row["workload"]))
+    return {name: "traced, CPU " + ", ".join(texts)
+            for name, texts in costs.items()}
 
 
 def add_target(parser, required=True):
@@ -662,9 +683,13 @@ def main(argv=None):
         epilog=EPILOG, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="tool", metavar="TOOL",
                                      required=True)
+    costs = measured_costs()
     for tool in TOOLS:
-        sub = commands.add_parser(tool.name, help=tool.question,
-                                  description=tool.question)
+        question = tool.question
+        if tool.name in costs:
+            question += " [%s]" % costs[tool.name]
+        sub = commands.add_parser(tool.name, help=question,
+                                  description=question)
         if tool.name == "flamegraph":
             sub.add_argument("rest", nargs=argparse.REMAINDER,
                              help="the options of python -m usdt.flamegraph")
