@@ -428,10 +428,13 @@ class MakefilePreviewTest(unittest.TestCase):
             build = os.path.join(tmp, "build")
             # A tree whose every stamp is newer than its inputs, in the
             # order make and tools/prepare write them (the prepare stamp
-            # last, after configure, which it rewrites only when its
-            # content changes), configured for the default prefix.
+            # last, after configure and the series' loop flags, which it
+            # rewrites only when their content changes), configured for
+            # the default prefix.
             chain = [os.path.join("dl", PIN["TARBALL"]),
                      os.path.join("3.13", "src", "configure"),
+                     os.path.join("3.13", "src", "Misc",
+                                  "cpython-usdt-loop-flags"),
                      os.path.join("3.13", "stamps", "prepare"),
                      os.path.join("3.13", "stamps", "prefix"),
                      os.path.join("3.13", "obj", "usdt-configure-flags")]
