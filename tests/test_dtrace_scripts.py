@@ -62,7 +62,7 @@ GATE = textwrap.dedent("""\
 PROBE_NAME = re.compile(r"python(?:\$target|\d+):::([a-z-]+)")
 # "   value  ------------- Distribution ------------- count", then rows
 # "         8388608 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 2"
-DIST_HEADER = re.compile(r"^\s+value\s+-+ Distribution -+\s+count$")
+DIST_HEADER = re.compile(r"^\s+value\s+-+ Distribution -+\s+count\s*$")
 DIST_ROW = re.compile(r"^\s*(-?\d+) \|[@ ]*?\s(\d+)\s*$")
 
 
@@ -82,7 +82,7 @@ def dtrace_unusable():
         proc = run([DTRACE, "-q", "-n",
                     'BEGIN { printf("started\\n"); exit(0); }'],
                    timeout=TIMEOUT)
-        if proc.returncode == 0 and proc.stdout == "started\n":
+        if proc.returncode == 0 and proc.stdout.strip() == "started":
             _reason = None
         else:
             _reason = ("tools/dtrace cannot run DTrace: %s"
@@ -359,11 +359,8 @@ class DTraceTestCase(unittest.TestCase):
                          % (name, dtrace_errors(result.stderr)))
         return result.stdout
 
-    def modes(self, name):
-        """(mode, output) of the -c and -p runs of name, as subtests."""
-        for mode in ("-c", "-p"):
-            with self.subTest(mode=mode):
-                yield mode, self.session("%s %s" % (name, mode))
+    # The runs of each D program.
+    MODES = ("-c", "-p")
 
 
 class CallStackTest(DTraceTestCase):
@@ -376,15 +373,19 @@ class CallStackTest(DTraceTestCase):
             self.skipTest("Lib/test/dtracedata not found for %s" % PYTHON)
         with open(os.path.join(data, "call_stack.d.expected")) as f:
             expected = [line for line in f.read().splitlines() if line]
-        for _, output in self.modes("seed call_stack.d"):
-            self.assertEqual(bt.call_stack_lines(output), expected, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("seed call_stack.d " + mode)
+                self.assertEqual(bt.call_stack_lines(output), expected, output)
 
     def test_matches_setprofile(self):
         workload = os.path.join(_tmp, "gen_workload.py")
         expected = reference(bt.SETPROFILE_REFERENCE, workload).splitlines()
         self.assertIn(" function-entry: gen_workload.py:gen:3", expected)
-        for _, output in self.modes("call_stack.d"):
-            self.assertEqual(bt.call_stack_lines(output), expected, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("call_stack.d " + mode)
+                self.assertEqual(bt.call_stack_lines(output), expected, output)
 
     def test_howto_shows_the_script(self):
         # The howto's code block is Tools/usdt/call_stack.d's program.
@@ -407,24 +408,26 @@ class TopFunctionsTest(DTraceTestCase):
         expected = json.loads(reference(bt.SETPROFILE_CALLS_REFERENCE,
                                         workload))
         self.assertEqual(expected["target:1"], 1000, expected)
-        for _, output in self.modes("top-functions.d"):
-            lines = output.splitlines()
-            header = [i for i, line in enumerate(lines)
-                      if line.split() == ["FILENAME", "LINE", "FUNCTION",
-                                          "CALLS"]]
-            self.assertEqual(len(header), 1, output)
-            rows = [self.ROW.match(line) for line in lines[header[0] + 1:]]
-            self.assertTrue(rows and all(rows), output)
-            counts = [int(row.group(4)) for row in rows]
-            self.assertLessEqual(len(rows), 20)
-            self.assertEqual(counts, sorted(counts), output)
-            got = {"%s:%s" % (row.group(3), row.group(2)): int(row.group(4))
-                   for row in rows if row.group(1) == workload}
-            # Start-up's functions may push the workload's rarer ones out
-            # of the 20 shown; those shown are counted exactly.
-            self.assertIn("target:1", got, output)
-            self.assertEqual(got, {key: expected[key] for key in got},
-                             output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("top-functions.d " + mode)
+                lines = output.splitlines()
+                header = [i for i, line in enumerate(lines)
+                          if line.split() == ["FILENAME", "LINE", "FUNCTION",
+                                              "CALLS"]]
+                self.assertEqual(len(header), 1, output)
+                rows = [self.ROW.match(line) for line in lines[header[0] + 1:]]
+                self.assertTrue(rows and all(rows), output)
+                counts = [int(row.group(4)) for row in rows]
+                self.assertLessEqual(len(rows), 20)
+                self.assertEqual(counts, sorted(counts), output)
+                got = {"%s:%s" % (row.group(3), row.group(2)): int(row.group(4))
+                       for row in rows if row.group(1) == workload}
+                # Start-up's functions may push the workload's rarer ones out
+                # of the 20 shown; those shown are counted exactly.
+                self.assertIn("target:1", got, output)
+                self.assertEqual(got, {key: expected[key] for key in got},
+                                 output)
 
 
 class CCallsTest(DTraceTestCase):
@@ -440,32 +443,34 @@ class CCallsTest(DTraceTestCase):
         workload = os.path.join(_tmp, "cc_main.py")
         expected = json.loads(reference(bt.CCALLS_REFERENCE, workload))
         self.assertLessEqual(self.ONLY_MAIN, set(expected["calls"]))
-        for _, output in self.modes("ccalls.d"):
-            got = {}
-            for line in output.splitlines():
-                match = self.ROW.match(line)
-                if match:
-                    got["%s|%s" % match.group(1, 2)] = tuple(
-                        map(int, match.group(3, 4, 5)))
-            self.assertNotIn("math|gcd", got)
-            for name in sorted(self.ONLY_MAIN):
-                with self.subTest(callable=name):
-                    self.assertIn(name, got, output)
-                    total, calls, average = got[name]
-                    self.assertEqual(calls, expected["calls"][name], output)
-                    self.assertEqual(calls, expected["returns"][name])
-                    self.assertEqual(average, total // calls)
-            # Nested calls are timed on their own: the outer reduce()
-            # spans two sleeps, the inner one a third.
-            self.assertGreaterEqual(got["_functools|reduce"][0], 30 * 10**6)
-            self.assertGreaterEqual(got["time|sleep"][0], 20 * 10**6)
-            # The histogram of the callable given: every sleep(0.01)
-            latency = distributions(output)
-            self.assertEqual([key for key, _ in latency], [("time", "sleep")],
-                             output)
-            buckets = latency[0][1]
-            self.assertEqual(sum(buckets.values()), got["time|sleep"][1])
-            self.assertGreaterEqual(min(buckets), 8 * 2**20, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("ccalls.d " + mode)
+                got = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        got["%s|%s" % match.group(1, 2)] = tuple(
+                            map(int, match.group(3, 4, 5)))
+                self.assertNotIn("math|gcd", got)
+                for name in sorted(self.ONLY_MAIN):
+                    with self.subTest(callable=name):
+                        self.assertIn(name, got, output)
+                        total, calls, average = got[name]
+                        self.assertEqual(calls, expected["calls"][name], output)
+                        self.assertEqual(calls, expected["returns"][name])
+                        self.assertEqual(average, total // calls)
+                # Nested calls are timed on their own: the outer reduce()
+                # spans two sleeps, the inner one a third.
+                self.assertGreaterEqual(got["_functools|reduce"][0], 30 * 10**6)
+                self.assertGreaterEqual(got["time|sleep"][0], 20 * 10**6)
+                # The histogram of the callable given: every sleep(0.01)
+                latency = distributions(output)
+                self.assertEqual([key for key, _ in latency], [("time", "sleep")],
+                                 output)
+                buckets = latency[0][1]
+                self.assertEqual(sum(buckets.values()), got["time|sleep"][1])
+                self.assertGreaterEqual(min(buckets), 8 * 2**20, output)
 
 
 class ExceptionsTest(DTraceTestCase):
@@ -485,15 +490,17 @@ class ExceptionsTest(DTraceTestCase):
                 expected[event, exctype, funcname, int(line)] = count
         self.assertEqual({key[0] for key in expected},
                          {"raised", "reraised", "handled"})
-        for _, output in self.modes("exceptions.d"):
-            got = {}
-            for line in output.splitlines():
-                match = self.ROW.match(line)
-                if match and match.group(4) == workload:
-                    got[self.EVENTS[match.group(1)], match.group(2),
-                        match.group(5), int(match.group(6))] = int(
-                            match.group(3))
-            self.assertEqual(got, expected, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("exceptions.d " + mode)
+                got = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match and match.group(4) == workload:
+                        got[self.EVENTS[match.group(1)], match.group(2),
+                            match.group(5), int(match.group(6))] = int(
+                                match.group(3))
+                self.assertEqual(got, expected, output)
 
 
 class GilTest(DTraceTestCase):
@@ -502,47 +509,49 @@ class GilTest(DTraceTestCase):
     ALL = re.compile(r"^ +all +(\d+) +(\d+) +(\d+)\.(\d)%$", re.M)
 
     def test_two_spinning_threads(self):
-        for _, output in self.modes("gil.d"):
-            facts = {line.split()[0]: line.split()[1:]
-                     for line in output.splitlines()
-                     if line.startswith(("workers ", "main ", "switch_ns "))}
-            workers = facts["workers"]
-            switch_ns = int(facts["switch_ns"][0])
-            waits, holds, percent = {}, {}, {}
-            for line in output.splitlines():
-                match = self.ROW.match(line)
-                if match:
-                    tid, wait, hold, pct = match.groups()
-                    waits[tid], holds[tid], percent[tid] = (
-                        int(wait), int(hold), int(pct))
-            head, _, tail = output.partition("GIL holds per thread (ns):\n")
-            wait_hist = {key[0]: buckets
-                         for key, buckets in distributions(head)}
-            hold_hist = {key[0]: buckets
-                         for key, buckets in distributions(tail)}
-            if free_threaded():
-                self.assertEqual((waits, holds, wait_hist, hold_hist),
-                                 ({}, {}, {}, {}), output)
-                continue
-            self.assertIn("GIL waits per thread (ns):\n", head, output)
-            self.assertIn(facts["main"][0], holds, output)
-            for tid in workers:
-                self.assertIn(tid, wait_hist, output)
-                self.assertIn(tid, hold_hist, output)
-                self.assertGreater(waits[tid], 0)
-                self.assertGreater(holds[tid], 0)
-                # waited for the other spinning thread at least once
-                self.assertGreater(2 * max(wait_hist[tid]), switch_ns,
-                                   output)
-            for tid, value in percent.items():
-                total = waits[tid] + holds[tid]
-                self.assertEqual(value, 100 * waits[tid] // total)
-            match = self.ALL.search(output)
-            self.assertIsNotNone(match, output)
-            wait, hold, whole, tenth = map(int, match.groups())
-            self.assertEqual(wait, sum(waits.values()))
-            self.assertEqual(hold, sum(holds.values()))
-            self.assertEqual(whole * 10 + tenth, 1000 * wait // (wait + hold))
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("gil.d " + mode)
+                facts = {line.split()[0]: line.split()[1:]
+                         for line in output.splitlines()
+                         if line.startswith(("workers ", "main ", "switch_ns "))}
+                workers = facts["workers"]
+                switch_ns = int(facts["switch_ns"][0])
+                waits, holds, percent = {}, {}, {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        tid, wait, hold, pct = match.groups()
+                        waits[tid], holds[tid], percent[tid] = (
+                            int(wait), int(hold), int(pct))
+                head, _, tail = output.partition("GIL holds per thread (ns):\n")
+                wait_hist = {key[0]: buckets
+                             for key, buckets in distributions(head)}
+                hold_hist = {key[0]: buckets
+                             for key, buckets in distributions(tail)}
+                if free_threaded():
+                    self.assertEqual((waits, holds, wait_hist, hold_hist),
+                                     ({}, {}, {}, {}), output)
+                    continue
+                self.assertIn("GIL waits per thread (ns):\n", head, output)
+                self.assertIn(facts["main"][0], holds, output)
+                for tid in workers:
+                    self.assertIn(tid, wait_hist, output)
+                    self.assertIn(tid, hold_hist, output)
+                    self.assertGreater(waits[tid], 0)
+                    self.assertGreater(holds[tid], 0)
+                    # waited for the other spinning thread at least once
+                    self.assertGreater(2 * max(wait_hist[tid]), switch_ns,
+                                       output)
+                for tid, value in percent.items():
+                    total = waits[tid] + holds[tid]
+                    self.assertEqual(value, 100 * waits[tid] // total)
+                match = self.ALL.search(output)
+                self.assertIsNotNone(match, output)
+                wait, hold, whole, tenth = map(int, match.groups())
+                self.assertEqual(wait, sum(waits.values()))
+                self.assertEqual(hold, sum(holds.values()))
+                self.assertEqual(whole * 10 + tenth, 1000 * wait // (wait + hold))
 
 
 class ThreadsTest(DTraceTestCase):
@@ -551,42 +560,44 @@ class ThreadsTest(DTraceTestCase):
     RUNNING = re.compile(r"^@running\[(\d+), (\d+)\]: (-?\d+)$")
 
     def test_lifetimes(self):
-        for _, output in self.modes("threads.d"):
-            lines = output.splitlines()
-            self.assertIn(["TIME_NS", "EVENT", "THREAD_ID", "NATIVE_ID",
-                           "DURATION_US"], [line.split() for line in lines],
-                          output)
-            workers = {}
-            daemon = main = None
-            for line in lines:
-                words = line.split()
-                if words and words[0] == "worker":
-                    workers[words[1], words[2]] = float(words[3])
-                elif words and words[0] == "daemon":
-                    daemon = (words[1], words[2])
-                elif words and words[0] == "main":
-                    main = (words[1], words[2])
-            self.assertEqual(len(workers), 3, output)
-            starts, stops = [], {}
-            for line in lines:
-                match = self.LINE.match(line)
-                if match and match.group(2) == "start":
-                    starts.append(match.group(3, 4))
-                elif match:
-                    self.assertNotIn(match.group(3, 4), stops, output)
-                    stops[match.group(3, 4)] = match.group(5)
-            self.assertEqual(sorted(starts), sorted([*workers, daemon]),
-                             output)
-            self.assertNotIn(main, starts)
-            self.assertEqual(set(stops), set(workers), output)
-            for ids, seconds in workers.items():
-                self.assertGreaterEqual(int(stops[ids]), seconds * 1e6,
-                                        output)
-            self.assertRegex(output, r"(?m)^\d+ +end$")
-            running = {match.group(1, 2): int(match.group(3))
-                       for match in map(self.RUNNING.match, lines) if match}
-            self.assertEqual(running, {**{ids: 0 for ids in workers},
-                                       daemon: 1}, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("threads.d " + mode)
+                lines = output.splitlines()
+                self.assertIn(["TIME_NS", "EVENT", "THREAD_ID", "NATIVE_ID",
+                               "DURATION_US"], [line.split() for line in lines],
+                              output)
+                workers = {}
+                daemon = main = None
+                for line in lines:
+                    words = line.split()
+                    if words and words[0] == "worker":
+                        workers[words[1], words[2]] = float(words[3])
+                    elif words and words[0] == "daemon":
+                        daemon = (words[1], words[2])
+                    elif words and words[0] == "main":
+                        main = (words[1], words[2])
+                self.assertEqual(len(workers), 3, output)
+                starts, stops = [], {}
+                for line in lines:
+                    match = self.LINE.match(line)
+                    if match and match.group(2) == "start":
+                        starts.append(match.group(3, 4))
+                    elif match:
+                        self.assertNotIn(match.group(3, 4), stops, output)
+                        stops[match.group(3, 4)] = match.group(5)
+                self.assertEqual(sorted(starts), sorted([*workers, daemon]),
+                                 output)
+                self.assertNotIn(main, starts)
+                self.assertEqual(set(stops), set(workers), output)
+                for ids, seconds in workers.items():
+                    self.assertGreaterEqual(int(stops[ids]), seconds * 1e6,
+                                            output)
+                self.assertRegex(output, r"(?m)^\d+ +end$")
+                running = {match.group(1, 2): int(match.group(3))
+                           for match in map(self.RUNNING.match, lines) if match}
+                self.assertEqual(running, {**{ids: 0 for ids in workers},
+                                           daemon: 1}, output)
 
 
 class TasksTest(DTraceTestCase):
@@ -597,25 +608,27 @@ class TasksTest(DTraceTestCase):
         workload = os.path.join(_tmp, "tasks_workload.py")
         expected = json.loads(reference(bt.TASKS_REFERENCE, workload))
         self.assertEqual(expected["ticker"], 3 + 1 + 5 + 1, expected)
-        for _, output in self.modes("tasks.d"):
-            rows = {}
-            for line in output.splitlines():
-                match = self.ROW.match(line)
-                if match:
-                    rows[match.group(1)] = tuple(map(int, match.group(2, 3,
-                                                                      4, 5)))
-            self.assertEqual({name: rows.get(name, (0, 0))[1]
-                              for name in expected}, expected, output)
-            hists = {key[0]: buckets
-                     for key, buckets in distributions(output)}
-            for name, (total, steps, average, longest) in rows.items():
-                self.assertEqual(sum(hists[name].values()), steps)
-                self.assertEqual(average, total // steps)
-                self.assertLessEqual(longest, total)
-                self.assertLessEqual(average, longest)
-            self.assertGreaterEqual(rows["stall"][3], 20 * 10**6)
-            self.assertGreaterEqual(rows["eager_child"][3], 10 * 10**6)
-            self.assertGreaterEqual(rows["main"][3], rows["eager_child"][3])
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("tasks.d " + mode)
+                rows = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        rows[match.group(1)] = tuple(map(int, match.group(2, 3,
+                                                                          4, 5)))
+                self.assertEqual({name: rows.get(name, (0, 0))[1]
+                                  for name in expected}, expected, output)
+                hists = {key[0]: buckets
+                         for key, buckets in distributions(output)}
+                for name, (total, steps, average, longest) in rows.items():
+                    self.assertEqual(sum(hists[name].values()), steps)
+                    self.assertEqual(average, total // steps)
+                    self.assertLessEqual(longest, total)
+                    self.assertLessEqual(average, longest)
+                self.assertGreaterEqual(rows["stall"][3], 20 * 10**6)
+                self.assertGreaterEqual(rows["eager_child"][3], 10 * 10**6)
+                self.assertGreaterEqual(rows["main"][3], rows["eager_child"][3])
 
 
 # pystat.d with -c: the burst of PYSTAT_WORKLOAD once, then two idle
@@ -786,6 +799,21 @@ AUDIT_REFERENCE = textwrap.dedent("""\
 """)
 
 
+# [the modules site tries at start-up, the modules the workload file
+# imports], of those that cannot be found
+FAILED_IMPORTS_REFERENCE = textwrap.dedent("""\
+    import ast, importlib.util, json, site, sys
+    at_start = ["sitecustomize"] + (["usercustomize"]
+                                    if site.ENABLE_USER_SITE else [])
+    with open(sys.argv[1]) as f:
+        workload = [alias.name for node in ast.walk(ast.parse(f.read()))
+                    if isinstance(node, ast.Import) for alias in node.names]
+    print(json.dumps([[name for name in names
+                       if importlib.util.find_spec(name) is None]
+                      for names in (at_start, workload)]))
+""")
+
+
 class HowtoOneLinersTest(DTraceTestCase):
     """The howto's DTrace one-liners, as the howto prints them."""
 
@@ -819,82 +847,107 @@ class HowtoOneLinersTest(DTraceTestCase):
     def test_calls_per_name(self):
         workload = self.workload("calls_per_name")
         expected = collections.Counter()
+        # its last line: fib.py prints its result first
         for key, count in json.loads(reference(
-                bt.SETPROFILE_CALLS_REFERENCE, workload)).items():
+                bt.SETPROFILE_CALLS_REFERENCE,
+                workload).splitlines()[-1]).items():
             expected[key.split(":")[0]] += count
         del expected["<module>"]
         self.assertTrue(expected)
-        for _, output in self.modes("calls_per_name"):
-            got = {match.group(1): int(match.group(2))
-                   for match in map(self.AGG_ROW.match, output.splitlines())
-                   if match}
-            self.assertEqual({name: got.get(name) for name in expected},
-                             dict(expected), output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("calls_per_name " + mode)
+                got = {match.group(1): int(match.group(2))
+                       for match in map(self.AGG_ROW.match, output.splitlines())
+                       if match}
+                self.assertEqual({name: got.get(name) for name in expected},
+                                 dict(expected), output)
 
     def test_time_per_name(self):
         # No clock to compare with: each function of the workload has a
         # positive total, and no other line is printed.
         workload = self.workload("time_per_name")
         names = {key.split(":")[0] for key in json.loads(reference(
-            bt.SETPROFILE_CALLS_REFERENCE, workload))} - {"<module>"}
-        for _, output in self.modes("time_per_name"):
-            # the aggregation's rows start with a space, the workload's
-            # own line does not
-            rows = [self.AGG_ROW.match(line) for line in output.splitlines()
-                    if line.startswith(" ")]
-            self.assertTrue(rows and all(rows), output)
-            got = {row.group(1): int(row.group(2)) for row in rows}
-            for name in names:
-                self.assertGreater(got.get(name, 0), 0, output)
+            bt.SETPROFILE_CALLS_REFERENCE, workload).splitlines()[-1])}
+        names.discard("<module>")
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("time_per_name " + mode)
+                # the aggregation's rows start with a space, the workload's
+                # own line does not
+                rows = [self.AGG_ROW.match(line) for line in output.splitlines()
+                        if line.startswith(" ")]
+                self.assertTrue(rows and all(rows), output)
+                got = {row.group(1): int(row.group(2)) for row in rows}
+                for name in names:
+                    self.assertGreater(got.get(name, 0), 0, output)
 
     def test_lines_of_function(self):
         workload = self.workload("lines_of_function")
-        expected = reference(LINES_REFERENCE, workload, "test_line")
+        # without the workload's own lines ("# Preamble 1")
+        expected = [line for line in reference(
+            LINES_REFERENCE, workload, "test_line").splitlines()
+            if not line.startswith("#")]
         self.assertTrue(expected)
-        for _, output in self.modes("lines_of_function"):
-            got = [line for line in output.splitlines()
-                   if not line.startswith("#")]
-            self.assertEqual(got, expected.splitlines(), output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("lines_of_function " + mode)
+                got = [line for line in output.splitlines()
+                       if line and not line.startswith("#")]
+                self.assertEqual(got, expected, output)
 
     def test_live_instances(self):
         # Traced from the start, no class can have more deletions than
         # creations; imp.py's json import creates some.
-        for _, output in self.modes("live_instances"):
-            rows = [re.match(r"^ +(\S+) +(\S+) +(-?\d+)$", line)
-                    for line in output.splitlines() if line.strip()]
-            self.assertTrue(rows and all(rows), output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("live_instances " + mode)
+                rows = [re.match(r"^ +(\S+) +(\S+) +(-?\d+)$", line)
+                        for line in output.splitlines() if line.strip()]
+                self.assertTrue(rows and all(rows), output)
 
     def test_gc_durations(self):
         workload = self.workload("gc_durations")
         expected = json.loads(reference(GC_REFERENCE, workload))
         self.assertTrue(expected)
-        for _, output in self.modes("gc_durations"):
-            got = {int(key[0]): sum(buckets.values())
-                   for key, buckets in distributions(output)}
-            # start-up and shutdown may add collections, never remove any
-            for generation, count in expected.items():
-                self.assertGreaterEqual(got.get(int(generation), 0), count,
-                                        output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("gc_durations " + mode)
+                got = {int(key[0]): sum(buckets.values())
+                       for key, buckets in distributions(output)}
+                # start-up and shutdown may add collections, never remove any
+                for generation, count in expected.items():
+                    self.assertGreaterEqual(got.get(int(generation), 0), count,
+                                            output)
 
     def test_failed_imports(self):
-        workload = self.workload("failed_imports")
-        proc = run([PYTHON, "-c", "import importlib.util; print("
-                    "importlib.util.find_spec('yaml') is None)"])
-        missing = ["yaml"] if proc.stdout.strip() == "True" else []
-        for _, output in self.modes("failed_imports"):
-            self.assertEqual(output.split(), missing, output)
+        # What cannot be found: the workload's yaml, and with -c, the
+        # modules the site module tries at start-up (sitecustomize, and
+        # usercustomize where user site directories are enabled), which
+        # a -p target has imported before DTrace attaches.
+        proc = run([PYTHON, "-c", FAILED_IMPORTS_REFERENCE,
+                    self.workload("failed_imports")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        at_start, workload = json.loads(proc.stdout)
+        for mode, missing in (("-c", at_start + workload), ("-p", workload)):
+            with self.subTest(mode=mode):
+                output = self.session("failed_imports " + mode)
+                self.assertEqual(output.split(), missing, output)
 
     def test_audit_stacks(self):
         workload = self.workload("audit_stacks")
         opened = json.loads(reference(AUDIT_REFERENCE, workload))
         self.assertGreater(opened, 0)
-        for _, output in self.modes("audit_stacks"):
-            # one stack per open event, each with PySys_Audit's caller
-            stacks = [stack for stack in re.split(r"\n\s*\n", output)
-                      if stack.strip()]
-            self.assertGreaterEqual(len(stacks), opened, output)
-            for stack in stacks:
-                self.assertIn("python`", stack, output)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("audit_stacks " + mode)
+                # One stack per open event.  DTrace names the frames when
+                # it prints the stack, which it can only while the process
+                # lives: those it prints after show addresses.
+                stacks = [stack for stack in re.split(r"\n\s*\n", output)
+                          if stack.strip()]
+                self.assertGreaterEqual(len(stacks), opened, output)
+                self.assertIn("python`PySys_Audit+", output)
 
     def test_probe_listing(self):
         # dtrace -l -P python<PID>: the probes readelf -n lists.

@@ -25,7 +25,7 @@
 
 python$target:::function-entry
 {
-	@calls[copyinstr(arg0), copyinstr(arg1), arg2] = count();
+	@calls[copyinstr(arg0), arg2, copyinstr(arg1)] = count();
 }
 
 dtrace:::END
