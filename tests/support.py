@@ -122,8 +122,9 @@ class Semaphore:
     def __init__(self, pid, name):
         self.pid = pid
         self.name = name
-        found = [sem for provider, probe, sem in stapsdt_notes(PYTHON)
-                 if provider == "python" and probe == name]
+        # a marker with several sites (audit) has one semaphore
+        found = sorted({sem for provider, probe, sem in stapsdt_notes(PYTHON)
+                        if provider == "python" and probe == name})
         if len(found) != 1 or not found[0]:
             raise ValueError("no semaphore for python:%s in %s: %r"
                              % (name, PYTHON, found))
