@@ -144,14 +144,15 @@ def trace_c(program_args, workload, script_args=()):
 
 
 def trace_p(program_args, workload, program, script_args=(), tmp=None,
-            pid_naming=False, driver=None):
+            pid_naming=False, driver=None, attach=True):
     """tools/dtrace -q PROGRAM -p PID [ARGS], PID a process of GATE that
     runs workload once the probes the program names are armed and the
     interpreter's watcher has seen them (it looks once a second).
 
     With pid_naming, python$target in the program (a -s file or a -n
     text) is written python<PID>.  driver(target, tracer), if given, takes
-    over once DTrace is attached, instead of letting the workload run."""
+    over once DTrace is attached, instead of letting the workload run.
+    Without attach, DTrace is not given -p (for a probe listing)."""
     target = subprocess.Popen([PYTHON, "-c", GATE, workload],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -174,7 +175,8 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
             else:
                 args = [arg.replace("python$target", named) for arg in args]
         tracer = subprocess.Popen(
-            [DTRACE, "-q", *args, "-p", str(target.pid), *script_args],
+            [DTRACE, "-q", *args,
+             *(["-p", str(target.pid)] if attach else []), *script_args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         semaphores = [Semaphore(target.pid, name)
                       for name in probes_of(program)]
@@ -205,6 +207,16 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
                 if proc.poll() is None:
                     proc.kill()
                 proc.communicate()
+
+
+def list_first(target, tracer):
+    """A trace_p driver for a probe listing: the target waits until DTrace
+    has listed its probes."""
+    out, err = tracer.communicate(timeout=TIMEOUT)
+    target.stdin.write("go\n")
+    target.stdin.close()
+    target.communicate(timeout=TIMEOUT)
+    return Session(tracer.returncode, out, err)
 
 
 # The runs, started by setUpModule(): name -> Future of a Session.
@@ -350,8 +362,11 @@ def setUpModule():
     for name in ONE_LINERS:
         program, workload = one_liner(name)
         both(name, ["-n", program], workload, program, pid_naming=True)
-    submit("listing -p", trace_p, ["-l", "-P", "python$target"],
-           write("idle.py", "pass\n"), "", pid_naming=True)
+    idle = write("idle.py", "pass\n")
+    submit("listing -p", trace_p, ["-l", "-P", "python$target"], idle, "",
+           pid_naming=True, driver=list_first)
+    submit("listing", trace_p, ["-l", "-P", "python$target"], idle, "",
+           pid_naming=True, driver=list_first, attach=False)
 
 
 class DTraceTestCase(unittest.TestCase):
@@ -971,13 +986,17 @@ class HowtoOneLinersTest(DTraceTestCase):
                 self.assertIn("python`PySys_Audit+", output)
 
     def test_probe_listing(self):
-        # dtrace -l -P python<PID>: the probes readelf -n lists.
-        output = self.session("listing -p")
-        listed = {line.split()[-1].replace("-", "__")
-                  for line in output.splitlines()[1:] if line.strip()}
+        # dtrace -l -P python<PID>, with -p PID or without: the probes
+        # readelf -n lists.
         notes = {name for provider, name, _ in stapsdt_notes(PYTHON)
                  if provider == "python"}
-        self.assertEqual(listed, notes, output)
+        for name in ("listing", "listing -p"):
+            with self.subTest(name):
+                output = self.session(name)
+                listed = {line.split()[-1].replace("-", "__")
+                          for line in output.splitlines()[1:]
+                          if line.strip()}
+                self.assertEqual(listed, notes, output)
 
 
 if __name__ == "__main__":
