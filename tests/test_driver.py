@@ -562,7 +562,8 @@ echo 'check-dist: make' >&2
     "check-dtrace": """
 echo 'Ran 19 tests in 300.0s'
 if [ -n "${STANDIN_DTRACE_SKIP:-}" ]; then
-    echo "skipped 'tools/dtrace cannot run DTrace: needs root'"
+    echo "setUpModule (test_dtrace_scripts) ... skipped" \
+        "'tools/dtrace cannot run DTrace: needs root'"
     echo 'OK (skipped=1)'
 else
     echo 'OK (skipped=2)'
