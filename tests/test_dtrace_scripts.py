@@ -349,8 +349,8 @@ def setUpModule():
     unittest.addModuleCleanup(_pool.shutdown)
     data = bt.dtracedata_dir()
     if data is not None:
-        workload = write("call_stack.py", open(
-            os.path.join(data, "call_stack.py")).read())
+        with open(os.path.join(data, "call_stack.py")) as f:
+            workload = write("call_stack.py", f.read())
         seed = os.path.join(data, "call_stack.d")
         with open(seed) as f:
             both("seed call_stack.d", ["-s", seed], workload, f.read(),
