@@ -14,9 +14,9 @@ sys.settrace() for the line probe, sys.monitoring for exceptions and task
 steps, what the workload prints about its threads, gc.callbacks, audit
 hooks, and readelf -n for the probe listing.
 
-DTrace takes 15 to 50 seconds to start, most of it CPU, so the runs are
-started at once, a few at a time, when the module is set up; the tests
-then check their results.  Where DTrace cannot run (not root, no
+DTrace takes 10 to 50 seconds to start, most of it CPU, so the runs are
+started when the module is set up, the -c runs a few at a time, then the
+-p runs one by one (see RUNS); the tests then check their results.  Where DTrace cannot run (not root, no
 mmdebstrap or network to build its root, tools/dtrace's one line says
 which), every test skips with that reason; under CI or REQUIRE_TRACER=1
 they fail instead.
@@ -47,6 +47,8 @@ HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
 # Runs of DTrace at once: its start-up is mostly CPU.
 PARALLEL = int(os.environ.get("DTRACE_PARALLEL", "3"))
 TIMEOUT = 600
+# What one -c run may take (the longest take 30 s on a loaded machine).
+SESSION_TIMEOUT = 240
 
 # What a -p target runs: it says it is ready, waits for a line on stdin (the
 # tracer has armed its probes), then runs the workload as __main__, as
@@ -134,6 +136,18 @@ class Session:
         self.stderr = stderr
 
 
+def kill_program(argv):
+    """Kill the processes whose command line is argv."""
+    wanted = "\0".join(argv) + "\0"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid) as f:
+                if f.read() == wanted:
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def trace_c(program_args, workload, script_args=()):
     """tools/dtrace -q PROGRAM -c 'PYTHON workload' [ARGS].  DTrace writes
     its output to a file of its own (-o), so that the workload's, which
@@ -142,9 +156,17 @@ def trace_c(program_args, workload, script_args=()):
         raise ValueError("dtrace -c splits on spaces: %r" % workload)
     with tempfile.TemporaryDirectory(dir=_tmp) as tmp:
         path = os.path.join(tmp, "dtrace.out")
-        proc = run([DTRACE, "-q", "-o", path, *program_args, "-c",
-                    "%s %s" % (PYTHON, workload), *script_args],
-                   timeout=TIMEOUT)
+        try:
+            proc = run([DTRACE, "-q", "-o", path, *program_args, "-c",
+                        "%s %s" % (PYTHON, workload), *script_args],
+                       timeout=SESSION_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            # Seen here with threaded programs: DTrace left one of their
+            # threads in ptrace_stop, and the program waited for it, even
+            # after DTrace was killed.
+            kill_program([PYTHON, workload])
+            return Session(None, "", "DTrace and its -c program did not "
+                           "end within %d s" % SESSION_TIMEOUT)
         output = ""
         if os.path.exists(path):
             with open(path) as f:
@@ -152,22 +174,8 @@ def trace_c(program_args, workload, script_args=()):
     return Session(proc.returncode, proc.stdout + output, proc.stderr)
 
 
-# DTrace for Linux 2.0.7 sessions attached with -p at the same time to
-# processes of the same interpreter binary can see events of the others'
-# processes (of three call_stack.d sessions, two printed 71 lines instead
-# of 28; the howto says so): the -p runs take turns, while -c runs, which
-# do not, go on beside them.
-_attach_lock = threading.Lock()
-
-
-def trace_p(*args, **kwargs):
-    """_trace_p(), one at a time."""
-    with _attach_lock:
-        return _trace_p(*args, **kwargs)
-
-
-def _trace_p(program_args, workload, program, script_args=(), tmp=None,
-             pid_naming=False, driver=None, attach=True):
+def trace_p(program_args, workload, program, script_args=(), tmp=None,
+            pid_naming=False, driver=None, attach=True):
     """tools/dtrace -q PROGRAM -p PID [ARGS], PID a process of GATE that
     runs workload once the probes the program names are armed and the
     interpreter's watcher has seen them (it looks once a second).
@@ -243,13 +251,34 @@ def list_first(target, tracer):
 
 
 # The runs, started by setUpModule(): name -> Future of a Session.
+#
+# A DTrace for Linux 2.0.7 session attached with -p can see the events of
+# other processes of the same interpreter binary that another session
+# traces at the same time (of three call_stack.d sessions attached at
+# once, two printed 71 lines instead of 28; a -p run of the failed-imports
+# one-liner printed the -c run's "yaml" too; the howto says so).  So the
+# -c runs go first, a few at a time, and then the -p runs one by one.
 RUNS = {}
 _pool = None
+_attached = []
 _tmp = None
 
 
 def submit(name, function, *args, **kwargs):
-    RUNS[name] = _pool.submit(function, *args, **kwargs)
+    if function is trace_p:
+        _attached.append((name, function, args, kwargs))
+    else:
+        RUNS[name] = _pool.submit(function, *args, **kwargs)
+
+
+def submit_attached():
+    """Start the -p runs, one by one once the -c runs have ended."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    unittest.addModuleCleanup(pool.shutdown)
+    started = list(RUNS.values())
+    pool.submit(concurrent.futures.wait, started)
+    for name, function, args, kwargs in _attached:
+        RUNS[name] = pool.submit(function, *args, **kwargs)
 
 
 def write(name, text):
@@ -390,6 +419,7 @@ def setUpModule():
            pid_naming=True, driver=list_first)
     submit("listing", trace_p, ["-l", "-P", "python$target"], idle, "",
            pid_naming=True, driver=list_first, attach=False)
+    submit_attached()
 
 
 class DTraceTestCase(unittest.TestCase):
