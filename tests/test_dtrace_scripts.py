@@ -53,7 +53,10 @@ SESSION_TIMEOUT = 240
 # What a -p target runs: it says it is ready, waits for a line on stdin (the
 # tracer has armed its probes), then runs the workload as __main__, as
 # "python workload" would, calling as little as it can (runpy would call C
-# functions and raise exceptions that the workloads' scripts count).
+# functions and raise exceptions that the workloads' scripts count).  The
+# watcher arms the probes with a pending call, which runs at the main
+# thread's next eval-breaker check: a call of a Python function after the
+# wait, before the workload's first C call (exec) can be half seen.
 GATE = textwrap.dedent("""\
     import os, sys
     sys.argv = sys.argv[1:]
@@ -62,6 +65,7 @@ GATE = textwrap.dedent("""\
         code = compile(f.read(), sys.argv[0], "exec")
     print("ready", flush=True)
     sys.stdin.readline()
+    (lambda: None)()
     exec(code, {"__name__": "__main__", "__file__": sys.argv[0],
                 "__builtins__": __builtins__})
 """)
@@ -540,7 +544,7 @@ class CCallsTest(DTraceTestCase):
                 # Nested calls are timed on their own: the outer reduce()
                 # spans two sleeps, the inner one a third.
                 self.assertGreaterEqual(got["_functools|reduce"][0],
-                                        30 * 10**6)
+                                        30 * 10**6, output)
                 self.assertGreaterEqual(got["time|sleep"][0], 20 * 10**6)
                 # The histogram of the callable given: every sleep(0.01)
                 latency = distributions(output)
