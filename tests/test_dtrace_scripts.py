@@ -70,6 +70,8 @@ GATE = textwrap.dedent("""\
                 "__builtins__": __builtins__})
 """)
 
+# What trace_p's own BEGIN clause prints once DTrace traces.
+TRACING = "@@dtrace-tracing@@"
 # Probe names in D (function-entry) of a python provider.
 PROBE_NAME = re.compile(r"python(?:\$target|\d+):::([a-z-]+)")
 # "   value  ------------- Distribution ------------- count", then rows
@@ -209,6 +211,19 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
                 args[1] = path
             else:
                 args = [arg.replace("python$target", named) for arg in args]
+        # DTrace sets the probes' semaphores before all of its probes
+        # fire (ccalls.d missed a call's entry after they were set): a
+        # BEGIN clause of its own says when it traces, in the file DTrace
+        # writes its output to.
+        output = os.path.join(tmp or _tmp, "dtrace-%d.out" % target.pid)
+        if driver is None:
+            # It names the script's arguments too, as DTrace requires of
+            # every program it is given.
+            uses = " && ".join("$$%d == $$%d" % (i, i)
+                               for i in range(1, len(script_args) + 1))
+            begin = 'dtrace:::BEGIN %s{ printf("%s\\n"); }' % (
+                "/%s/ " % uses if uses else "", TRACING)
+            args += ["-o", output, "-n", begin]
         tracer = subprocess.Popen(
             [DTRACE, "-q", *args,
              *(["-p", str(target.pid)] if attach else []), *script_args],
@@ -216,7 +231,17 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
         semaphores = [Semaphore(target.pid, name)
                       for name in probes_of(program)]
         deadline = time.monotonic() + TIMEOUT
-        while not all(s.value() for s in semaphores):
+
+        def tracing():
+            if driver is not None:
+                return True
+            try:
+                with open(output) as f:
+                    return TRACING + "\n" in f.read()
+            except FileNotFoundError:
+                return False
+
+        while not (all(s.value() for s in semaphores) and tracing()):
             if tracer.poll() is not None:
                 out, err = tracer.communicate()
                 return Session(tracer.returncode, out, err)
@@ -235,6 +260,8 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
             raise AssertionError("the workload failed: %s" % target_err)
         # DTrace ends when the process it grabbed has exited.
         out, err = tracer.communicate(timeout=TIMEOUT)
+        with open(output) as f:
+            out += f.read().replace(TRACING + "\n", "", 1)
         return Session(tracer.returncode, target_out + out, err)
     finally:
         for proc in (target, tracer):
