@@ -16,10 +16,10 @@ hooks, and readelf -n for the probe listing.
 
 DTrace takes 10 to 50 seconds to start, most of it CPU, so the runs are
 started when the module is set up, the -c runs a few at a time, then the
--p runs one by one (see RUNS); the tests then check their results.  Where DTrace cannot run (not root, no
-mmdebstrap or network to build its root, tools/dtrace's one line says
-which), every test skips with that reason; under CI or REQUIRE_TRACER=1
-they fail instead.
+-p runs one by one (see RUNS); the tests then check their results.  Where
+DTrace cannot run (not root, no mmdebstrap or network to build its root,
+tools/dtrace's one line says which), every test skips with that reason;
+under CI or REQUIRE_TRACER=1 they fail instead.
 """
 
 import collections
