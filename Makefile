@@ -35,6 +35,7 @@ export SERIES
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
+.PHONY: dtrace-root check-dtrace
 
 all: build
 
@@ -127,8 +128,21 @@ check: build
 
 # The README's two bpftrace examples on the built interpreter, with their
 # real output; without root or BPF, bpftrace's error and what is missing.
+# Then upstream's call_stack.d under DTrace for Linux, where it can run.
 demo: build
 	tools/demo $(S)/obj
+
+# DTrace for Linux (Debian forky's dtrace package) in a root of its own,
+# build/dtrace/root-VERSION, which tools/dtrace runs; as root, with
+# mmdebstrap (installed here) and the machine's Debian mirror.
+dtrace-root:
+	tools/deps dtrace
+	tools/dtrace-root
+
+# make check's tier 10 alone: the D scripts and the howto's DTrace
+# examples under DTrace for Linux.
+check-dtrace: build
+	tools/check-dtrace $(S)/obj
 
 # Upstream's whole regression suite on our build and on a pristine build of
 # the same version; the results must be the same.

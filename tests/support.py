@@ -123,8 +123,9 @@ class Semaphore:
     def __init__(self, pid, name):
         self.pid = pid
         self.name = name
-        found = [sem for provider, probe, sem in stapsdt_notes(PYTHON)
-                 if provider == "python" and probe == name]
+        # a marker with several sites (audit) has one semaphore
+        found = sorted({sem for provider, probe, sem in stapsdt_notes(PYTHON)
+                        if provider == "python" and probe == name})
         if len(found) != 1 or not found[0]:
             raise ValueError("no semaphore for python:%s in %s: %r"
                              % (name, PYTHON, found))
@@ -338,13 +339,15 @@ def tracer_required():
         "REQUIRE_TRACER", "") not in ("", "0")
 
 
-def tracer_unusable(reason):
-    """Raise for a test that cannot run because bpftrace cannot trace here
-    (missing, not root, cannot attach): SkipTest with the tracer's reason,
-    or, where tracer_required(), AssertionError with it."""
+def tracer_unusable(reason, tracer="bpftrace"):
+    """Raise for a test that cannot run because the tracer (bpftrace, or
+    DTrace) cannot trace here (missing, not root, cannot attach): SkipTest
+    with the tracer's reason, or, where tracer_required(), AssertionError
+    with it."""
     if tracer_required():
-        raise AssertionError("bpftrace cannot trace here, and CI or "
-                             "REQUIRE_TRACER requires it: %s" % reason)
+        raise AssertionError("%s cannot trace here, and CI or "
+                             "REQUIRE_TRACER requires it: %s"
+                             % (tracer, reason))
     raise unittest.SkipTest(reason)
 
 

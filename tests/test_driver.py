@@ -594,6 +594,17 @@ echo 'check-dist: ./configure --with-dtrace' >&2
 echo 'check-dist: make' >&2
 [ "${STANDIN_FAIL:-}" != 9 ]
 """,
+    "check-dtrace": """
+echo 'Ran 19 tests in 300.0s'
+if [ -n "${STANDIN_DTRACE_SKIP:-}" ]; then
+    echo "setUpModule (test_dtrace_scripts) ... skipped" \
+        "'tools/dtrace cannot run DTrace: needs root'"
+    echo 'OK (skipped=1)'
+else
+    echo 'OK (skipped=2)'
+fi
+[ "${STANDIN_FAIL:-}" != 10 ]
+""",
     "check-install": """
 n=7; [ "${1:-}" != --shared ] || n=8
 echo 'check-install: make install' >&2
@@ -665,17 +676,28 @@ class CheckAllTest(unittest.TestCase):
             "1 skipped",
             "tier 9 (source release): passed: 2 steps run, 0 failed, "
             "0 skipped",
+            "tier 10 (D scripts under DTrace): passed: 19 tests run, "
+            "0 failed, 2 skipped",
             "left behind in %s: nothing new (python-usdt-*, perf-PID.map)"
             % self.systmp])
 
+    def test_dtrace_skipped(self):
+        # Tier 10 skipped as a whole says why.
+        proc, lines = self.check_all(STANDIN_DTRACE_SKIP="1")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(lines[9], "tier 10 (D scripts under DTrace): "
+                         "passed: 19 tests run, 0 failed, 1 skipped; "
+                         "skipped: tools/dtrace cannot run DTrace: needs "
+                         "root")
+
     def test_summary_after_a_failure(self):
         # The tiers run so far, and those that did not run.
-        for tier in (2, 4, 7):
+        for tier in (2, 4, 7, 10):
             with self.subTest(tier=tier):
                 proc, lines = self.check_all(STANDIN_FAIL=str(tier))
                 self.assertNotEqual(proc.returncode, 0, proc.stderr)
-                self.assertEqual(len(lines), 10, proc.stderr)
-                for n, line in enumerate(lines[:9], 1):
+                self.assertEqual(len(lines), 11, proc.stderr)
+                for n, line in enumerate(lines[:10], 1):
                     self.assertTrue(line.startswith("tier %d (" % n), line)
                     if n == tier:
                         self.assertIn("): FAILED: ", line)

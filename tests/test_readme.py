@@ -27,6 +27,10 @@ Output is compared by shape: line by line, after dropping blank lines, a
 "..." line of the README standing for any number of lines, and a number of
 10 or more digits (a nanosecond timestamp) for any number.  Everything else
 (names, counts, line numbers, indentation) must be equal.
+
+The README's DTrace example (tools/dtrace) runs only where DTrace can run
+(test_dtrace_scripts.dtrace_unusable()); elsewhere it is left out, and
+make demo must say that it skipped it.
 """
 
 import os
@@ -37,6 +41,7 @@ import tempfile
 import unittest
 
 from support import TOP, require_bpftrace, run
+from test_dtrace_scripts import dtrace_unusable
 
 PROMPT = "# "
 # Numbers that differ from run to run: bpftrace's nsecs timestamps.
@@ -49,6 +54,8 @@ CLONE_DIRS = (
     "cpython-usdt.clone",
 )
 INTERPRETER = os.path.join("build", "3.13", "obj", "python")
+# How the README's DTrace example starts.
+DTRACE_COMMAND = "tools/dtrace "
 # The unprivileged user (nobody) that the tests run as when they are root.
 NOBODY = 65534
 AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
@@ -190,12 +197,21 @@ class ReadmeExamples(unittest.TestCase):
                         os.path.exists(os.path.join(self.clone, path)),
                         "%s is not in the repository" % path)
 
+    def runnable_examples(self):
+        """The README's examples, without its DTrace ones where DTrace
+        cannot run (tools/dtrace says why: not root, no mmdebstrap)."""
+        if dtrace_unusable() is None:
+            return self.examples
+        return [(command, output) for command, output in self.examples
+                if not command.startswith(DTRACE_COMMAND)]
+
     def test_examples_run_as_written(self):
         self.require_interpreter()
         require_bpftrace(self)
         marker = "@@readme-example-done@@"
         script = ["set -o pipefail"]
-        for command, _ in self.examples:
+        examples = self.runnable_examples()
+        for command, _ in examples:
             script += [command, "printf '\\n%s %d\\n' " + marker + ' "$?"']
         env = user_env()
         env["PWD"] = self.clone
@@ -203,10 +219,10 @@ class ReadmeExamples(unittest.TestCase):
                    env=env, timeout=600)
         chunks = re.split(r"\n%s (\d+)\n" % re.escape(marker), proc.stdout)
         # [out0, rc0, out1, rc1, ..., rest]
-        self.assertEqual(len(chunks), 2 * len(self.examples) + 1,
+        self.assertEqual(len(chunks), 2 * len(examples) + 1,
                          "bash stopped early:\n%s\n%s"
                          % (proc.stdout, proc.stderr))
-        for k, (command, expected) in enumerate(self.examples):
+        for k, (command, expected) in enumerate(examples):
             out, rc = chunks[2 * k], int(chunks[2 * k + 1])
             with self.subTest(command=command):
                 self.assertEqual(rc, 0, "exit status %d; stderr of the "
@@ -227,9 +243,10 @@ class ReadmeExamples(unittest.TestCase):
                    cwd=clone or self.clone, env=user_env(), timeout=600)
 
     def test_demo_shows_the_readme_examples(self):
-        # make demo runs the README's bpftrace examples: each must appear
-        # in its output, as the README writes it, followed by output of
-        # the shape the README shows.
+        # make demo runs the README's bpftrace examples, then its DTrace
+        # one: each must appear in its output, as the README writes it,
+        # followed by output of the shape the README shows; where DTrace
+        # cannot run, the DTrace one says it was skipped, and why.
         self.require_interpreter()
         require_bpftrace(self)
         proc = self.demo()
@@ -242,8 +259,15 @@ class ReadmeExamples(unittest.TestCase):
             self.assertTrue(shown, section)
             command = lines[shown[0]][len(PROMPT):]
             sections[one_line(command)] = "\n".join(lines[shown[0] + 1:])
-        traces = [(c, e) for c, e in self.examples
-                  if c.startswith("bpftrace ")]
+        traces = [(c, e) for c, e in self.runnable_examples()
+                  if c.startswith(("bpftrace ", DTRACE_COMMAND))]
+        dtrace = [one_line(c) for c, _ in self.examples
+                  if c.startswith(DTRACE_COMMAND)]
+        self.assertEqual(len(dtrace), 1, self.examples)
+        if dtrace_unusable() is not None:
+            self.assertEqual(sections.pop(dtrace[0], None), "",
+                             proc.stdout)
+            self.assertIn("SKIPPED the DTrace example", proc.stderr)
         self.assertEqual(len(sections), len(traces), proc.stdout)
         for command, expected in traces:
             with self.subTest(command=command):

@@ -230,6 +230,52 @@ class UsdtScriptTestCase(unittest.TestCase):
         return proc.stdout
 
 
+# call_stack's workload: generators, exceptions and a coroutine inside start().
+GEN_WORKLOAD = """\
+    import asyncio
+
+    def gen():
+        received = yield 1
+        try:
+            yield received
+        except KeyError:
+            yield 3
+        return 4
+
+    def fail(n):
+        if n:
+            fail(n - 1)
+        raise ValueError(n)
+
+    async def sleeper():
+        await asyncio.sleep(0)
+        return 5
+
+    def start():
+        g = gen()
+        next(g)
+        g.send(2)
+        g.throw(KeyError)
+        for _ in g:
+            pass
+        try:
+            fail(2)
+        except ValueError:
+            pass
+        coro = sleeper()
+        try:
+            coro.send(None)
+            coro.send(None)
+        except StopIteration:
+            pass
+        squares = [x * x for x in range(3)]
+        return sum(squares)
+
+    if __name__ == "__main__":
+        start()
+"""
+
+
 class CallStackTest(UsdtScriptTestCase):
 
     def test_upstream_call_stack(self):
@@ -247,49 +293,7 @@ class CallStackTest(UsdtScriptTestCase):
     def test_generators_exceptions_match_setprofile(self):
         # Resumptions (next, send, throw) are entries; yields and
         # exceptions leaving a frame are returns.
-        workload = self.write("gen_workload.py", """\
-            import asyncio
-
-            def gen():
-                received = yield 1
-                try:
-                    yield received
-                except KeyError:
-                    yield 3
-                return 4
-
-            def fail(n):
-                if n:
-                    fail(n - 1)
-                raise ValueError(n)
-
-            async def sleeper():
-                await asyncio.sleep(0)
-                return 5
-
-            def start():
-                g = gen()
-                next(g)
-                g.send(2)
-                g.throw(KeyError)
-                for _ in g:
-                    pass
-                try:
-                    fail(2)
-                except ValueError:
-                    pass
-                coro = sleeper()
-                try:
-                    coro.send(None)
-                    coro.send(None)
-                except StopIteration:
-                    pass
-                squares = [x * x for x in range(3)]
-                return sum(squares)
-
-            if __name__ == "__main__":
-                start()
-            """)
+        workload = self.write("gen_workload.py", GEN_WORKLOAD)
         expected = self.reference(SETPROFILE_REFERENCE, workload)
         expected = expected.splitlines()
         # The reference must itself show what this test is about.
@@ -332,21 +336,25 @@ class CallStackTest(UsdtScriptTestCase):
         ])
 
 
+# top-functions' workload: one function called 1000 times, another 7.
+TOP_WORKLOAD = """\
+    def target():
+        pass
+
+    def other():
+        pass
+
+    for _ in range(1000):
+        target()
+    for _ in range(7):
+        other()
+"""
+
+
 class TopFunctionsTest(UsdtScriptTestCase):
 
     def test_counts(self):
-        workload = self.write("top_workload.py", """\
-            def target():
-                pass
-
-            def other():
-                pass
-
-            for _ in range(1000):
-                target()
-            for _ in range(7):
-                other()
-            """)
+        workload = self.write("top_workload.py", TOP_WORKLOAD)
         output = self.run_script("top-functions.bt", workload)
         calls = {(os.path.basename(key[0]), key[1], key[2]): value
                  for key, value in map_entries(output, "calls").items()}
@@ -903,56 +911,60 @@ class CCallsTest(UsdtScriptTestCase):
                          sorted(v[2] for v in got.values())[-20])
 
 
+# exceptions' workload: raised, re-raised and handled, in two threads.
+EXCEPTIONS_WORKLOAD = """\
+    import json, threading
+
+    class AppError(Exception):
+        pass
+
+    def parse(text):
+        return json.loads(text)
+
+    def fail():
+        raise AppError("deep")
+
+    def middle():
+        fail()
+
+    def work():
+        for _ in range(3):
+            try:
+                parse("{")
+            except ValueError:
+                pass
+        try:
+            try:
+                middle()
+            finally:
+                pass
+        except AppError:
+            pass
+        try:
+            try:
+                {}["missing"]
+            except KeyError:
+                raise
+        except LookupError:
+            pass
+        try:
+            raise ExceptionGroup("group", [TypeError(1), OSError(2)])
+        except* TypeError:
+            pass
+        except* OSError:
+            pass
+
+    work()
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+"""
+
+
 class ExceptionsTest(UsdtScriptTestCase):
 
     def test_counts_match_sys_monitoring(self):
-        workload = self.write("exc_workload.py", """\
-            import json, threading
-
-            class AppError(Exception):
-                pass
-
-            def parse(text):
-                return json.loads(text)
-
-            def fail():
-                raise AppError("deep")
-
-            def middle():
-                fail()
-
-            def work():
-                for _ in range(3):
-                    try:
-                        parse("{")
-                    except ValueError:
-                        pass
-                try:
-                    try:
-                        middle()
-                    finally:
-                        pass
-                except AppError:
-                    pass
-                try:
-                    try:
-                        {}["missing"]
-                    except KeyError:
-                        raise
-                except LookupError:
-                    pass
-                try:
-                    raise ExceptionGroup("group", [TypeError(1), OSError(2)])
-                except* TypeError:
-                    pass
-                except* OSError:
-                    pass
-
-            work()
-            thread = threading.Thread(target=work)
-            thread.start()
-            thread.join()
-            """)
+        workload = self.write("exc_workload.py", EXCEPTIONS_WORKLOAD)
         reference = json.loads(self.reference(EXCEPTIONS_REFERENCE,
                                               workload))
         expected = {}
@@ -994,28 +1006,34 @@ class ExceptionsTest(UsdtScriptTestCase):
                              (exctype, event))
 
 
+# gil's workload: two CPU-bound threads that overlap, each waiting for the
+# other to be asked to drop the GIL, after the switch interval; it prints
+# the native ids of its threads and the switch interval.
+GIL_WORKLOAD = """\
+    import sys, threading
+
+    def spin():
+        n = 3_000_000
+        while n:
+            n -= 1
+
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print("workers", *(thread.native_id for thread in threads))
+    print("main", threading.get_native_id())
+    print("switch_ns", int(sys.getswitchinterval() * 1e9))
+"""
+
+
 class GilTest(UsdtScriptTestCase):
 
     def test_two_spinning_threads(self):
         # Two CPU-bound threads that overlap: each waits for the other to
         # be asked to drop the GIL, after the switch interval.
-        workload = self.write("gil_workload.py", """\
-            import sys, threading
-
-            def spin():
-                n = 3_000_000
-                while n:
-                    n -= 1
-
-            threads = [threading.Thread(target=spin) for _ in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            print("workers", *(thread.native_id for thread in threads))
-            print("main", threading.get_native_id())
-            print("switch_ns", int(sys.getswitchinterval() * 1e9))
-            """)
+        workload = self.write("gil_workload.py", GIL_WORKLOAD)
         output = self.run_script("gil.bt", workload)
         facts = {line.split()[0]: line.split()[1:]
                  for line in output.splitlines()
@@ -1063,40 +1081,45 @@ class GilTest(UsdtScriptTestCase):
         self.assertEqual(whole * 10 + tenth, 1000 * wait // (wait + hold))
 
 
+# threads' workload: three workers that sleep 0.05 s, 0.1 s and 0.15 s, a
+# daemon that outlives the program; it prints their ids.
+THREADS_WORKLOAD = """\
+    import sys, threading, time
+
+    def say(*words):
+        # one write per line: threads print at the same time
+        sys.stdout.write(" ".join(map(str, words)) + "\\n")
+        sys.stdout.flush()
+
+    def work(seconds):
+        say("worker", threading.get_ident(),
+            threading.get_native_id(), seconds)
+        time.sleep(seconds)
+
+    threads = [threading.Thread(target=work, args=(0.05 * (i + 1),))
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    started = threading.Event()
+    def forever():
+        say("daemon", threading.get_ident(), threading.get_native_id())
+        started.set()
+        time.sleep(600)
+    threading.Thread(target=forever, daemon=True).start()
+    started.wait()
+    say("main", threading.get_ident(), threading.get_native_id())
+"""
+
+
 class ThreadsTest(UsdtScriptTestCase):
 
     # "<time> start <thread_id> <native_id>", "... stop ... <duration>"
     LINE = re.compile(r"^(\d+) +(start|stop) +(\d+) +(\d+)(?: +(\d+|-))?$")
 
     def test_lifetimes(self):
-        workload = self.write("threads_workload.py", """\
-            import sys, threading, time
-
-            def say(*words):
-                # one write per line: threads print at the same time
-                sys.stdout.write(" ".join(map(str, words)) + "\\n")
-                sys.stdout.flush()
-
-            def work(seconds):
-                say("worker", threading.get_ident(),
-                    threading.get_native_id(), seconds)
-                time.sleep(seconds)
-
-            threads = [threading.Thread(target=work, args=(0.05 * (i + 1),))
-                       for i in range(3)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            started = threading.Event()
-            def forever():
-                say("daemon", threading.get_ident(), threading.get_native_id())
-                started.set()
-                time.sleep(600)
-            threading.Thread(target=forever, daemon=True).start()
-            started.wait()
-            say("main", threading.get_ident(), threading.get_native_id())
-            """)
+        workload = self.write("threads_workload.py", THREADS_WORKLOAD)
         output = self.run_script("threads.bt", workload)
         lines = output.splitlines()
         self.assertRegex(lines[0], r"^TIME_NS +EVENT +THREAD_ID +NATIVE_ID "
@@ -1135,47 +1158,52 @@ class ThreadsTest(UsdtScriptTestCase):
         self.assertEqual(list(running.values()), start_time)
 
 
+# tasks' workload: asyncio tasks that step, stall, fail, are cancelled and
+# run eagerly.
+TASKS_WORKLOAD = """\
+    import asyncio, time
+
+    async def ticker(n):
+        for _ in range(n):
+            await asyncio.sleep(0)
+        return n
+
+    async def stall():
+        time.sleep(0.02)
+        await asyncio.sleep(0)
+
+    async def eager_child():
+        time.sleep(0.01)
+        await asyncio.sleep(0)
+
+    async def fails():
+        await asyncio.sleep(0)
+        raise ValueError
+
+    async def sleeper():
+        await asyncio.sleep(60)
+
+    async def main():
+        await asyncio.gather(ticker(3), ticker(5), stall(),
+                             return_exceptions=True)
+        await asyncio.gather(fails(), return_exceptions=True)
+        task = asyncio.create_task(sleeper(), name="cancelled")
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        # The first step of an eager task runs inside this one.
+        loop.set_task_factory(asyncio.eager_task_factory)
+        await asyncio.create_task(eager_child())
+
+    asyncio.run(main())
+"""
+
+
 class TasksTest(UsdtScriptTestCase):
 
     def test_steps_match_sys_monitoring(self):
-        workload = self.write("tasks_workload.py", """\
-            import asyncio, time
-
-            async def ticker(n):
-                for _ in range(n):
-                    await asyncio.sleep(0)
-                return n
-
-            async def stall():
-                time.sleep(0.02)
-                await asyncio.sleep(0)
-
-            async def eager_child():
-                time.sleep(0.01)
-                await asyncio.sleep(0)
-
-            async def fails():
-                await asyncio.sleep(0)
-                raise ValueError
-
-            async def sleeper():
-                await asyncio.sleep(60)
-
-            async def main():
-                await asyncio.gather(ticker(3), ticker(5), stall(),
-                                     return_exceptions=True)
-                await asyncio.gather(fails(), return_exceptions=True)
-                task = asyncio.create_task(sleeper(), name="cancelled")
-                await asyncio.sleep(0)
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                loop = asyncio.get_running_loop()
-                # The first step of an eager task runs inside this one.
-                loop.set_task_factory(asyncio.eager_task_factory)
-                await asyncio.create_task(eager_child())
-
-            asyncio.run(main())
-            """)
+        workload = self.write("tasks_workload.py", TASKS_WORKLOAD)
         expected = json.loads(self.reference(TASKS_REFERENCE, workload))
         self.assertEqual(expected["ticker"], 3 + 1 + 5 + 1, expected)
         output = self.run_script("tasks.bt", workload)
@@ -1201,6 +1229,39 @@ class TasksTest(UsdtScriptTestCase):
         self.assertGreaterEqual(maxima["main"], maxima["eager_child"])
 
 
+# pystat's workload: works on request ("ping", "burst") from stdin.
+PYSTAT_WORKLOAD = """\
+    import gc, sys, threading
+
+    def f():
+        pass
+
+    def raise_one():
+        try:
+            raise ValueError
+        except ValueError:
+            pass
+
+    print("ready", flush=True)
+    for command in sys.stdin:
+        if command == "ping\\n":
+            f()
+            raise_one()
+        elif command == "burst\\n":
+            for _ in range(5):
+                thread = threading.Thread(target=f)
+                thread.start()
+                thread.join()
+            for _ in range(200):
+                f()
+            for _ in range(7):
+                raise_one()
+            for _ in range(3):
+                gc.collect()
+        print("done", flush=True)
+"""
+
+
 class PystatTest(UsdtScriptTestCase):
     """pystat.bt attached with -p to a process that works on request."""
 
@@ -1209,36 +1270,7 @@ class PystatTest(UsdtScriptTestCase):
                "THR_START", "THR_STOP")
 
     def test_columns_add_up(self):
-        workload = self.write("pystat_workload.py", """\
-            import gc, sys, threading
-
-            def f():
-                pass
-
-            def raise_one():
-                try:
-                    raise ValueError
-                except ValueError:
-                    pass
-
-            print("ready", flush=True)
-            for command in sys.stdin:
-                if command == "ping\\n":
-                    f()
-                    raise_one()
-                elif command == "burst\\n":
-                    for _ in range(5):
-                        thread = threading.Thread(target=f)
-                        thread.start()
-                        thread.join()
-                    for _ in range(200):
-                        f()
-                    for _ in range(7):
-                        raise_one()
-                    for _ in range(3):
-                        gc.collect()
-                print("done", flush=True)
-            """)
+        workload = self.write("pystat_workload.py", PYSTAT_WORKLOAD)
         target = start(self, [PYTHON, workload], stdin=subprocess.PIPE,
                        stdout=subprocess.PIPE)
         self.assertEqual(target.stdout.readline(), "ready\n")

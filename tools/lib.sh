@@ -110,6 +110,14 @@ skip_tracer() {
     log "SKIPPED $*"
 }
 
+# mirror_for_label LABEL: the machine's Debian mirror for the archives
+# labelled LABEL ("Debian", "Debian-Security"), as apt itself resolved
+# them (no host name is written down anywhere in this repository).
+mirror_for_label() {
+    apt-get indextargets --format '$(LABEL) $(REPO_URI)' 2>/dev/null |
+        awk -v label="$1" '$1 == label { print $2; exit }'
+}
+
 # require COMMAND PACKAGE: fail early, naming the Debian package to install.
 require() {
     command -v "$1" >/dev/null 2>&1 ||

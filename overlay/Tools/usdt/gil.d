@@ -5,7 +5,8 @@
  * DTrace version of gil.bt.  Per thread: the waits, from gil-take-start to
  * gil-take-done, and the holds, from gil-take-done to the next gil-drop.
  * When the traced process exits (or on Ctrl-C), prints the histograms of
- * each thread's waits and holds, in nanoseconds, then per thread its total
+ * each thread's waits, then of its holds, in nanoseconds, each set under
+ * its heading, then per thread its total
  * wait and hold and its contention, 100 * wait / (wait + hold) percent,
  * rounded down, then the same over all threads.  A free-threaded build
  * (--disable-gil) never fires these probes.
@@ -72,7 +73,9 @@ python$target:::gil-drop
 
 dtrace:::END
 {
+	printf("GIL waits per thread (ns):\n");
 	printa(@wait_ns);
+	printf("GIL holds per thread (ns):\n");
 	printa(@hold_ns);
 	printf("%10s %14s %14s %11s\n", "TID", "WAIT_NS", "HOLD_NS",
 	       "CONTENTION");

@@ -33,6 +33,18 @@ python$target:::thread-start
 	printf("%-19d %-5s %20u %10u\n", timestamp, "start", arg0, arg1);
 }
 
+/*
+ * A thread that started before tracing did: this clause comes first, as
+ * the next one clears self->started, and DTrace runs a probe's clauses
+ * in order.
+ */
+python$target:::thread-stop
+/!self->started/
+{
+	printf("%-19d %-5s %20u %10u %12s\n", timestamp, "stop", arg0, arg1,
+	       "-");
+}
+
 python$target:::thread-stop
 /self->started/
 {
@@ -40,13 +52,6 @@ python$target:::thread-stop
 	       (timestamp - self->started) / 1000);
 	self->started = 0;
 	@running[arg0, arg1] = sum(-1);
-}
-
-python$target:::thread-stop
-/!self->started/
-{
-	printf("%-19d %-5s %20u %10u %12s\n", timestamp, "stop", arg0, arg1,
-	       "-");
 }
 
 dtrace:::END

@@ -1,0 +1,1100 @@
+"""The D scripts, under DTrace for Linux, against the built interpreter.
+
+Every D script of Tools/usdt/, upstream's seed call_stack.d
+(Lib/test/dtracedata) and every DTrace example of
+Doc/howto/instrumentation.rst (read from the howto itself) runs under
+DTrace for Linux, through tools/dtrace, twice: with -c, where the probes
+are named python$target, and attached with -p to a process that waits for
+the tracer, where the howto's one-liners and the seed name them
+python<PID> (the Tools/usdt scripts keep python$target, which names the
+-p process too).  Each run is compared with the same ground truth as the
+bpftrace twin of the script in test_usdt_scripts.py, from the same
+workloads: sys.setprofile() for the function and C function probes,
+sys.settrace() for the line probe, sys.monitoring for exceptions and task
+steps, what the workload prints about its threads, gc.callbacks, audit
+hooks, and readelf -n for the probe listing.
+
+DTrace takes 10 to 50 seconds to start, most of it CPU, so the runs are
+started when the module is set up, the -c runs a few at a time, then the
+-p runs one by one (see RUNS); the tests then check their results.  Where
+DTrace cannot run (not root, no mmdebstrap or network to build its root,
+tools/dtrace's one line says which), every test skips with that reason;
+under CI or REQUIRE_TRACER=1 they fail instead.
+"""
+
+import collections
+import concurrent.futures
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import threading
+import time
+import unittest
+
+import test_usdt_scripts as bt
+from support import (PYTHON, TOP, Semaphore, free_threaded, run,
+                     stapsdt_notes, tracer_unusable)
+
+DTRACE = os.path.join(TOP, "tools", "dtrace")
+USDT = bt.USDT
+HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
+# Runs of DTrace at once: its start-up is mostly CPU.
+PARALLEL = int(os.environ.get("DTRACE_PARALLEL", "3"))
+TIMEOUT = 600
+# What one -c run may take (the longest take 30 s on a loaded machine).
+SESSION_TIMEOUT = 240
+
+# What a -p target runs: it says it is ready, waits for a line on stdin (the
+# tracer has armed its probes), then runs the workload as __main__, as
+# "python workload" would, calling as little as it can (runpy would call C
+# functions and raise exceptions that the workloads' scripts count).  The
+# watcher arms the probes with a pending call, which runs at the main
+# thread's next eval-breaker check: a call of a Python function after the
+# wait, before the workload's first C call (exec) can be half seen.
+GATE = textwrap.dedent("""\
+    import os, sys
+    sys.argv = sys.argv[1:]
+    sys.path[0] = os.path.dirname(sys.argv[0])
+    with open(sys.argv[0]) as f:
+        code = compile(f.read(), sys.argv[0], "exec")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    (lambda: None)()
+    exec(code, {"__name__": "__main__", "__file__": sys.argv[0],
+                "__builtins__": __builtins__})
+""")
+
+# What trace_p's own BEGIN clause prints once DTrace traces.
+TRACING = "@@dtrace-tracing@@"
+# Probe names in D (function-entry) of a python provider.
+PROBE_NAME = re.compile(r"python(?:\$target|\d+):::([a-z-]+)")
+# "   value  ------------- Distribution ------------- count", then rows
+# "         8388608 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 2"
+DIST_HEADER = re.compile(r"^\s+value\s+-+ Distribution -+\s+count\s*$")
+DIST_ROW = re.compile(r"^\s*(-?\d+) \|[@ ]*?\s(\d+)\s*$")
+
+
+def dtrace_errors(stderr):
+    """DTrace's stderr without tools/dtrace's note on library files."""
+    return "\n".join(line for line in stderr.splitlines()
+                     if not line.startswith("dtrace: set aside")).strip()
+
+
+_reason = "not checked"
+
+
+def dtrace_unusable():
+    """None if tools/dtrace can run a D program here, else its reason."""
+    global _reason
+    if _reason == "not checked":
+        proc = run([DTRACE, "-q", "-n",
+                    'BEGIN { printf("started\\n"); exit(0); }'],
+                   timeout=TIMEOUT)
+        if proc.returncode == 0 and proc.stdout.strip() == "started":
+            _reason = None
+        else:
+            _reason = ("tools/dtrace cannot run DTrace: %s"
+                       % (dtrace_errors(proc.stderr).splitlines() or
+                          ["exit %d" % proc.returncode])[-1])
+    return _reason
+
+
+def distributions(output):
+    """[(key words, {bucket: count})] of the quantize() aggregations printed
+    in output, in order, empty buckets left out."""
+    found = []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if not DIST_HEADER.match(line):
+            continue
+        key = tuple(lines[i - 1].split()) if i else ()
+        buckets = {}
+        for row in lines[i + 1:]:
+            match = DIST_ROW.match(row)
+            if not match:
+                break
+            if int(match.group(2)):
+                buckets[int(match.group(1))] = int(match.group(2))
+        found.append((key, buckets))
+    return found
+
+
+def probes_of(program):
+    """The markers (function__entry) a D program's python clauses name."""
+    return sorted({name.replace("-", "__")
+                   for name in PROBE_NAME.findall(program)})
+
+
+class Session:
+    """One DTrace run: its exit status, output and errors; for -p, the
+    workload's output comes first in stdout (with -c DTrace's own stdout
+    has it)."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def kill_program(argv):
+    """Kill the processes whose command line is argv."""
+    wanted = "\0".join(argv) + "\0"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid) as f:
+                if f.read() == wanted:
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def trace_c(program_args, workload, script_args=()):
+    """tools/dtrace -q PROGRAM -c 'PYTHON workload' [ARGS].  DTrace writes
+    its output to a file of its own (-o), so that the workload's, which
+    comes first in the Session's stdout, cannot break its lines."""
+    if " " in PYTHON or " " in workload:
+        raise ValueError("dtrace -c splits on spaces: %r" % workload)
+    with tempfile.TemporaryDirectory(dir=_tmp) as tmp:
+        path = os.path.join(tmp, "dtrace.out")
+        try:
+            proc = run([DTRACE, "-q", "-o", path, *program_args, "-c",
+                        "%s %s" % (PYTHON, workload), *script_args],
+                       timeout=SESSION_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            # Seen here with threaded programs: DTrace left one of their
+            # threads in ptrace_stop, and the program waited for it, even
+            # after DTrace was killed.
+            kill_program([PYTHON, workload])
+            return Session(None, "", "DTrace and its -c program did not "
+                           "end within %d s" % SESSION_TIMEOUT)
+        output = ""
+        if os.path.exists(path):
+            with open(path) as f:
+                output = f.read()
+    return Session(proc.returncode, proc.stdout + output, proc.stderr)
+
+
+def trace_p(program_args, workload, program, script_args=(), tmp=None,
+            pid_naming=False, driver=None, attach=True):
+    """tools/dtrace -q PROGRAM -p PID [ARGS], PID a process of GATE that
+    runs workload once the probes the program names are armed and the
+    interpreter's watcher has seen them (it looks once a second).
+
+    With pid_naming, python$target in the program (a -s file or a -n
+    text) is written python<PID>.  driver(target, tracer), if given, takes
+    over once DTrace is attached, instead of letting the workload run.
+    Without attach, DTrace is not given -p (for a probe listing)."""
+    target = subprocess.Popen([PYTHON, "-c", GATE, workload],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    tracer = None
+    try:
+        ready = target.stdout.readline()
+        if ready != "ready\n":
+            raise AssertionError("the target did not start: %r %s"
+                                 % (ready, target.stderr.read()))
+        args = list(program_args)
+        if pid_naming:
+            named = "python%d" % target.pid
+            if args[0] == "-s":
+                with open(args[1]) as f:
+                    text = f.read().replace("python$target", named)
+                path = os.path.join(tmp, "pid-" + os.path.basename(args[1]))
+                with open(path, "w") as f:
+                    f.write(text)
+                args[1] = path
+            else:
+                args = [arg.replace("python$target", named) for arg in args]
+        # DTrace sets the probes' semaphores before all of its probes
+        # fire (ccalls.d missed a call's entry after they were set): a
+        # BEGIN clause of its own says when it traces, in the file DTrace
+        # writes its output to.
+        output = os.path.join(tmp or _tmp, "dtrace-%d.out" % target.pid)
+        if driver is None:
+            # It names the script's arguments too, as DTrace requires of
+            # every program it is given.
+            uses = " && ".join("$$%d == $$%d" % (i, i)
+                               for i in range(1, len(script_args) + 1))
+            begin = 'dtrace:::BEGIN %s{ printf("%s\\n"); }' % (
+                "/%s/ " % uses if uses else "", TRACING)
+            args += ["-o", output, "-n", begin]
+        tracer = subprocess.Popen(
+            [DTRACE, "-q", *args,
+             *(["-p", str(target.pid)] if attach else []), *script_args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        semaphores = [Semaphore(target.pid, name)
+                      for name in probes_of(program)]
+        deadline = time.monotonic() + TIMEOUT
+
+        def tracing():
+            if driver is not None:
+                return True
+            try:
+                with open(output) as f:
+                    return TRACING + "\n" in f.read()
+            except FileNotFoundError:
+                return False
+
+        while not (all(s.value() for s in semaphores) and tracing()):
+            if tracer.poll() is not None:
+                out, err = tracer.communicate()
+                return Session(tracer.returncode, out, err)
+            if time.monotonic() > deadline:
+                raise AssertionError("DTrace did not arm %s within %d s"
+                                     % (probes_of(program), TIMEOUT))
+            time.sleep(0.05)
+        # The watcher sees armed probes within a second.
+        time.sleep(2.5)
+        if driver is not None:
+            return driver(target, tracer)
+        target.stdin.write("go\n")
+        target.stdin.close()
+        target_out, target_err = target.communicate(timeout=TIMEOUT)
+        if target.returncode != 0:
+            raise AssertionError("the workload failed: %s" % target_err)
+        # DTrace ends when the process it grabbed has exited.
+        out, err = tracer.communicate(timeout=TIMEOUT)
+        with open(output) as f:
+            out += f.read().replace(TRACING + "\n", "", 1)
+        return Session(tracer.returncode, target_out + out, err)
+    finally:
+        for proc in (target, tracer):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate()
+
+
+def list_first(target, tracer):
+    """A trace_p driver for a probe listing: the target waits until DTrace
+    has listed its probes."""
+    out, err = tracer.communicate(timeout=TIMEOUT)
+    target.stdin.write("go\n")
+    target.stdin.close()
+    target.communicate(timeout=TIMEOUT)
+    return Session(tracer.returncode, out, err)
+
+
+# The runs, started by setUpModule(): name -> Future of a Session.
+#
+# A DTrace for Linux 2.0.7 session attached with -p can see the events of
+# other processes of the same interpreter binary that another session
+# traces at the same time (of three call_stack.d sessions attached at
+# once, two printed 71 lines instead of 28; a -p run of the failed-imports
+# one-liner printed the -c run's "yaml" too; the howto says so).  So the
+# -c runs go first, a few at a time, and then the -p runs one by one.
+RUNS = {}
+_pool = None
+_attached = []
+_tmp = None
+
+
+def submit(name, function, *args, **kwargs):
+    if function is trace_p:
+        _attached.append((name, function, args, kwargs))
+    else:
+        RUNS[name] = _pool.submit(function, *args, **kwargs)
+
+
+def submit_attached():
+    """Start the -p runs, one by one once the -c runs have ended."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    unittest.addModuleCleanup(pool.shutdown)
+    started = list(RUNS.values())
+    pool.submit(concurrent.futures.wait, started)
+    for name, function, args, kwargs in _attached:
+        RUNS[name] = pool.submit(function, *args, **kwargs)
+
+
+def write(name, text):
+    path = os.path.join(_tmp, name)
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text))
+    return path
+
+
+def reference(program, workload, *args):
+    """The ground truth: program (a reference of test_usdt_scripts, or one
+    below) run with the interpreter under test on workload, its stdout."""
+    helper = write("reference-%d.py" % len(os.listdir(_tmp)), program)
+    proc = run([PYTHON, helper, workload, *args], timeout=TIMEOUT)
+    if proc.returncode != 0:
+        raise AssertionError("reference failed: %s" % proc.stderr)
+    return proc.stdout
+
+
+def both(name, program_args, workload, program_text, script_args=(),
+         pid_naming=False):
+    """Submit the -c and the -p run of one D program."""
+    submit(name + " -c", trace_c, program_args, workload, script_args)
+    submit(name + " -p", trace_p, program_args, workload, program_text,
+           script_args, _tmp, pid_naming)
+
+
+def script(name):
+    path = os.path.join(USDT, name)
+    with open(path) as f:
+        return path, f.read()
+
+
+# The DTrace commands of the howto: "$ sudo dtrace ..." and the lines that
+# continue it, as a shell would read them, with $PY the interpreter.
+def howto_commands():
+    with open(HOWTO) as f:
+        lines = f.read().splitlines()
+    commands = []
+    i = 0
+    while i < len(lines):
+        match = re.match(r"^(\s*)\$ sudo dtrace (.*)$", lines[i])
+        if not match:
+            i += 1
+            continue
+        indent = len(match.group(1))
+        text = [match.group(2)]
+        i += 1
+        while (i < len(lines) and lines[i].strip()
+               and len(lines[i]) - len(lines[i].lstrip()) > indent
+               and not lines[i].lstrip().startswith("$ ")):
+            text.append(lines[i].strip())
+            i += 1
+        command = "\n".join(text).replace("\\\n", " ")
+        commands.append(shlex.split(command))
+    return commands
+
+
+# The howto's one-liners, told apart by a piece of their D text: the name
+# of their test, then what picks them out.
+ONE_LINERS = {
+    "calls_per_name": "{ @[copyinstr(arg1)] = count(); }",
+    "time_per_name": "self->ts[copyinstr(arg1)] = timestamp",
+    "lines_of_function": "python$target:::line",
+    "live_instances": "instance-new-done",
+    "gc_durations": "gc-start",
+    "failed_imports": "import-find-load-done",
+    "audit_stacks": "audit",
+}
+
+
+def one_liner(name):
+    """(D program, workload path) of the howto's one-liner name."""
+    found = []
+    for words in howto_commands():
+        if "-n" not in words:
+            continue
+        program = words[words.index("-n") + 1]
+        squeezed = re.sub(r"[ ]+", " ", program)
+        if ONE_LINERS[name] in squeezed:
+            workload = words[words.index("-c") + 1].split()[1]
+            found.append((program, os.path.join(TOP, workload)))
+    if len(found) != 1:
+        raise AssertionError("the howto has %d DTrace one-liners for %s"
+                             % (len(found), name))
+    return found[0]
+
+
+def setUpModule():
+    global _pool, _tmp
+    reason = dtrace_unusable()
+    if reason is not None:
+        tracer_unusable(reason, "DTrace")
+    _tmp = tempfile.mkdtemp(prefix="usdt-dtrace")
+    unittest.addModuleCleanup(shutil.rmtree, _tmp)
+    _pool = concurrent.futures.ThreadPoolExecutor(PARALLEL)
+    unittest.addModuleCleanup(_pool.shutdown)
+    data = bt.dtracedata_dir()
+    if data is not None:
+        with open(os.path.join(data, "call_stack.py")) as f:
+            workload = write("call_stack.py", f.read())
+        seed = os.path.join(data, "call_stack.d")
+        with open(seed) as f:
+            both("seed call_stack.d", ["-s", seed], workload, f.read(),
+                 pid_naming=True)
+    path, text = script("call_stack.d")
+    both("call_stack.d", ["-s", path], write("gen_workload.py",
+                                             bt.GEN_WORKLOAD), text)
+    path, text = script("top-functions.d")
+    both("top-functions.d", ["-s", path],
+         write("top_workload.py", bt.TOP_WORKLOAD), text)
+    path, text = script("ccalls.d")
+    both("ccalls.d", ["-s", path],
+         write("cc_main.py", bt.CCallsTest.WORKLOAD), text, ("time", "sleep"))
+    path, text = script("exceptions.d")
+    both("exceptions.d", ["-s", path],
+         write("exc_workload.py", bt.EXCEPTIONS_WORKLOAD), text)
+    path, text = script("gil.d")
+    both("gil.d", ["-s", path], write("gil_workload.py", bt.GIL_WORKLOAD),
+         text)
+    path, text = script("threads.d")
+    both("threads.d", ["-s", path],
+         write("threads_workload.py", bt.THREADS_WORKLOAD), text)
+    path, text = script("tasks.d")
+    both("tasks.d", ["-s", path],
+         write("tasks_workload.py", bt.TASKS_WORKLOAD), text)
+    path, text = script("pystat.d")
+    submit("pystat.d -c", trace_c, ["-s", path],
+           write("pystat_once.py", PYSTAT_ONCE))
+    submit("pystat.d -p", trace_p, ["-s", path],
+           write("pystat_workload.py", bt.PYSTAT_WORKLOAD), text,
+           driver=PystatTest.drive)
+    for name in ONE_LINERS:
+        program, workload = one_liner(name)
+        both(name, ["-n", program], workload, program, pid_naming=True)
+    idle = write("idle.py", "pass\n")
+    submit("listing -p", trace_p, ["-l", "-P", "python$target"], idle, "",
+           pid_naming=True, driver=list_first)
+    submit("listing", trace_p, ["-l", "-P", "python$target"], idle, "",
+           pid_naming=True, driver=list_first, attach=False)
+    submit_attached()
+
+
+class DTraceTestCase(unittest.TestCase):
+
+    def session(self, name):
+        """The run name, which must have succeeded."""
+        if name not in RUNS:
+            self.skipTest("%s was not run" % name)
+        result = RUNS[name].result()
+        self.assertEqual(result.returncode, 0, "%s failed: %s"
+                         % (name, dtrace_errors(result.stderr)))
+        return result.stdout
+
+    # The runs of each D program.
+    MODES = ("-c", "-p")
+
+
+class CallStackTest(DTraceTestCase):
+
+    def test_seed_call_stack(self):
+        # Upstream's own call_stack.d on its call_stack.py: the lines of
+        # its call_stack.d.expected.
+        data = bt.dtracedata_dir()
+        if data is None:
+            self.skipTest("Lib/test/dtracedata not found for %s" % PYTHON)
+        with open(os.path.join(data, "call_stack.d.expected")) as f:
+            expected = [line for line in f.read().splitlines() if line]
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("seed call_stack.d " + mode)
+                self.assertEqual(bt.call_stack_lines(output), expected, output)
+
+    def test_matches_setprofile(self):
+        workload = os.path.join(_tmp, "gen_workload.py")
+        expected = reference(bt.SETPROFILE_REFERENCE, workload).splitlines()
+        self.assertIn(" function-entry: gen_workload.py:gen:3", expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("call_stack.d " + mode)
+                self.assertEqual(bt.call_stack_lines(output), expected, output)
+
+    def test_howto_shows_the_script(self):
+        # The howto's code block is Tools/usdt/call_stack.d's program.
+        with open(HOWTO) as f:
+            howto = f.read()
+        _, text = script("call_stack.d")
+        program = text[text.index("self int indent;"):].rstrip()
+        block = textwrap.indent(program.replace("\t", "        "), "   ")
+        self.assertIn(block, howto)
+
+
+class TopFunctionsTest(DTraceTestCase):
+
+    # FILENAME (which may hold spaces: "<frozen ...>"), LINE, FUNCTION,
+    # CALLS
+    ROW = re.compile(r"^(.*?) +(\d+) (\S+) +(\d+)$")
+
+    def test_counts_match_setprofile(self):
+        workload = os.path.join(_tmp, "top_workload.py")
+        expected = json.loads(reference(bt.SETPROFILE_CALLS_REFERENCE,
+                                        workload))
+        self.assertEqual(expected["target:1"], 1000, expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("top-functions.d " + mode)
+                lines = output.splitlines()
+                header = [i for i, line in enumerate(lines)
+                          if line.split() == ["FILENAME", "LINE", "FUNCTION",
+                                              "CALLS"]]
+                self.assertEqual(len(header), 1, output)
+                rows = [self.ROW.match(line)
+                        for line in lines[header[0] + 1:] if line]
+                self.assertTrue(rows and all(rows), output)
+                counts = [int(row.group(4)) for row in rows]
+                self.assertLessEqual(len(rows), 20)
+                self.assertEqual(counts, sorted(counts), output)
+                got = {"%s:%s" % (row.group(3), row.group(2)):
+                       int(row.group(4))
+                       for row in rows if row.group(1) == workload}
+                # Start-up's functions may push the workload's rarer ones out
+                # of the 20 shown; those shown are counted exactly.
+                self.assertIn("target:1", got, output)
+                self.assertEqual(got, {key: expected[key] for key in got},
+                                 output)
+
+
+class CCallsTest(DTraceTestCase):
+
+    ROW = re.compile(r"^(\S*) +(\S+) +(\d+) +(\d+) +(\d+)$")
+    # Callables that only main() calls, neither start-up, shutdown, a
+    # thread's start and end, nor the -p target's runpy.
+    ONLY_MAIN = {"math|comb", "math|factorial", "zlib|crc32", "time|sleep",
+                 "collections|deque.appendleft", "_functools|reduce",
+                 "builtins|dict.fromkeys"}
+
+    def test_counts_match_setprofile(self):
+        workload = os.path.join(_tmp, "cc_main.py")
+        expected = json.loads(reference(bt.CCALLS_REFERENCE, workload))
+        self.assertLessEqual(self.ONLY_MAIN, set(expected["calls"]))
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("ccalls.d " + mode)
+                got = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        got["%s|%s" % match.group(1, 2)] = tuple(
+                            map(int, match.group(3, 4, 5)))
+                self.assertNotIn("math|gcd", got)
+                for name in sorted(self.ONLY_MAIN):
+                    with self.subTest(callable=name):
+                        self.assertIn(name, got, output)
+                        total, calls, average = got[name]
+                        self.assertEqual(calls, expected["calls"][name],
+                                         output)
+                        self.assertEqual(calls, expected["returns"][name])
+                        self.assertEqual(average, total // calls)
+                # Nested calls are timed on their own: the outer reduce()
+                # spans two sleeps, the inner one a third.
+                self.assertGreaterEqual(got["_functools|reduce"][0],
+                                        30 * 10**6, output)
+                self.assertGreaterEqual(got["time|sleep"][0], 20 * 10**6)
+                # The histogram of the callable given: every sleep(0.01)
+                latency = distributions(output)
+                self.assertEqual([key for key, _ in latency],
+                                 [("time", "sleep")],
+                                 output)
+                buckets = latency[0][1]
+                self.assertEqual(sum(buckets.values()), got["time|sleep"][1])
+                self.assertGreaterEqual(min(buckets), 8 * 2**20, output)
+
+
+class ExceptionsTest(DTraceTestCase):
+
+    ROW = re.compile(r"^exception-(raise|reraise|handled) +(\S+) +(\d+)  "
+                     r"(.*):([^:]*):(\d+)$")
+    EVENTS = {"raise": "raised", "reraise": "reraised",
+              "handled": "handled"}
+
+    def test_counts_match_sys_monitoring(self):
+        workload = os.path.join(_tmp, "exc_workload.py")
+        expected = {}
+        for key, count in json.loads(reference(bt.EXCEPTIONS_REFERENCE,
+                                               workload)).items():
+            event, exctype, filename, funcname, line = key.split("|")
+            if filename == workload:
+                expected[event, exctype, funcname, int(line)] = count
+        self.assertEqual({key[0] for key in expected},
+                         {"raised", "reraised", "handled"})
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("exceptions.d " + mode)
+                got = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match and match.group(4) == workload:
+                        got[self.EVENTS[match.group(1)], match.group(2),
+                            match.group(5), int(match.group(6))] = int(
+                                match.group(3))
+                self.assertEqual(got, expected, output)
+
+
+class GilTest(DTraceTestCase):
+
+    ROW = re.compile(r"^ +(\d+) +(\d+) +(\d+) +(\d+)%$")
+    ALL = re.compile(r"^ +all +(\d+) +(\d+) +(\d+)\.(\d)%$", re.M)
+
+    def test_two_spinning_threads(self):
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("gil.d " + mode)
+                facts = {line.split()[0]: line.split()[1:]
+                         for line in output.splitlines()
+                         if line.startswith(("workers ", "main ",
+                                             "switch_ns "))}
+                workers = facts["workers"]
+                switch_ns = int(facts["switch_ns"][0])
+                waits, holds, percent = {}, {}, {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        tid, wait, hold, pct = match.groups()
+                        waits[tid], holds[tid], percent[tid] = (
+                            int(wait), int(hold), int(pct))
+                head, _, tail = output.partition(
+                    "GIL holds per thread (ns):\n")
+                wait_hist = {key[0]: buckets
+                             for key, buckets in distributions(head)}
+                hold_hist = {key[0]: buckets
+                             for key, buckets in distributions(tail)}
+                if free_threaded():
+                    self.assertEqual((waits, holds, wait_hist, hold_hist),
+                                     ({}, {}, {}, {}), output)
+                    continue
+                self.assertIn("GIL waits per thread (ns):\n", head, output)
+                self.assertIn(facts["main"][0], holds, output)
+                for tid in workers:
+                    self.assertIn(tid, wait_hist, output)
+                    self.assertIn(tid, hold_hist, output)
+                    self.assertGreater(waits[tid], 0)
+                    self.assertGreater(holds[tid], 0)
+                    # waited for the other spinning thread at least once
+                    self.assertGreater(2 * max(wait_hist[tid]), switch_ns,
+                                       output)
+                for tid, value in percent.items():
+                    total = waits[tid] + holds[tid]
+                    self.assertEqual(value, 100 * waits[tid] // total)
+                match = self.ALL.search(output)
+                self.assertIsNotNone(match, output)
+                wait, hold, whole, tenth = map(int, match.groups())
+                self.assertEqual(wait, sum(waits.values()))
+                self.assertEqual(hold, sum(holds.values()))
+                self.assertEqual(whole * 10 + tenth,
+                                 1000 * wait // (wait + hold))
+
+
+class ThreadsTest(DTraceTestCase):
+
+    LINE = bt.ThreadsTest.LINE
+    RUNNING = re.compile(r"^@running\[(\d+), (\d+)\]: (-?\d+)$")
+
+    def test_lifetimes(self):
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("threads.d " + mode)
+                lines = output.splitlines()
+                self.assertIn(["TIME_NS", "EVENT", "THREAD_ID", "NATIVE_ID",
+                               "DURATION_US"],
+                              [line.split() for line in lines],
+                              output)
+                workers = {}
+                daemon = main = None
+                for line in lines:
+                    words = line.split()
+                    if words and words[0] == "worker":
+                        workers[words[1], words[2]] = float(words[3])
+                    elif words and words[0] == "daemon":
+                        daemon = (words[1], words[2])
+                    elif words and words[0] == "main":
+                        main = (words[1], words[2])
+                self.assertEqual(len(workers), 3, output)
+                starts, stops = [], {}
+                for line in lines:
+                    match = self.LINE.match(line)
+                    if match and match.group(2) == "start":
+                        starts.append(match.group(3, 4))
+                    elif match:
+                        self.assertNotIn(match.group(3, 4), stops, output)
+                        stops[match.group(3, 4)] = match.group(5)
+                self.assertEqual(sorted(starts), sorted([*workers, daemon]),
+                                 output)
+                self.assertNotIn(main, starts)
+                self.assertEqual(set(stops), set(workers), output)
+                for ids, seconds in workers.items():
+                    self.assertGreaterEqual(int(stops[ids]), seconds * 1e6,
+                                            output)
+                self.assertRegex(output, r"(?m)^\d+ +end$")
+                running = {match.group(1, 2): int(match.group(3))
+                           for match in map(self.RUNNING.match, lines)
+                           if match}
+                self.assertEqual(running, {**{ids: 0 for ids in workers},
+                                           daemon: 1}, output)
+
+
+class TasksTest(DTraceTestCase):
+
+    ROW = re.compile(r"^(\S+) +(\d+) +(\d+) +(\d+) +(\d+)$")
+
+    def test_steps_match_sys_monitoring(self):
+        workload = os.path.join(_tmp, "tasks_workload.py")
+        expected = json.loads(reference(bt.TASKS_REFERENCE, workload))
+        self.assertEqual(expected["ticker"], 3 + 1 + 5 + 1, expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("tasks.d " + mode)
+                rows = {}
+                for line in output.splitlines():
+                    match = self.ROW.match(line)
+                    if match:
+                        rows[match.group(1)] = tuple(
+                            map(int, match.group(2, 3, 4, 5)))
+                self.assertEqual({name: rows.get(name, (0, 0))[1]
+                                  for name in expected}, expected, output)
+                hists = {key[0]: buckets
+                         for key, buckets in distributions(output)}
+                for name, (total, steps, average, longest) in rows.items():
+                    self.assertEqual(sum(hists[name].values()), steps)
+                    self.assertEqual(average, total // steps)
+                    self.assertLessEqual(longest, total)
+                    self.assertLessEqual(average, longest)
+                self.assertGreaterEqual(rows["stall"][3], 20 * 10**6)
+                self.assertGreaterEqual(rows["eager_child"][3], 10 * 10**6)
+                self.assertGreaterEqual(rows["main"][3],
+                                        rows["eager_child"][3])
+
+
+# pystat.d with -c: the burst of PYSTAT_WORKLOAD once, then two idle
+# seconds, so that every event of the burst is in a whole second printed.
+PYSTAT_ONCE = """\
+    import gc, threading, time
+
+    def f():
+        pass
+
+    def raise_one():
+        try:
+            raise ValueError
+        except ValueError:
+            pass
+
+    for _ in range(5):
+        thread = threading.Thread(target=f)
+        thread.start()
+        thread.join()
+    for _ in range(200):
+        f()
+    for _ in range(7):
+        raise_one()
+    for _ in range(3):
+        gc.collect()
+    time.sleep(2.5)
+    """
+
+
+class PystatTest(DTraceTestCase):
+
+    # "2026 Nov 26 01:50:12" and the seven columns
+    ROW = re.compile(r"^\d{4} \w{3} +\d+ \d\d:\d\d:\d\d" + r" +(\d+)" * 7
+                     + "$")
+    COLUMNS = bt.PystatTest.COLUMNS
+
+    @classmethod
+    def drive(cls, target, tracer):
+        """pystat.d attached with -p: what test_usdt_scripts' PystatTest
+        does with pystat.bt.  Pings until the probes fire, waits for an
+        idle second, asks for a burst, reads until its threads have
+        stopped and two seconds more, then stops DTrace with SIGINT.  The
+        Session's stdout holds the rows from the burst on."""
+        lines = []
+        def read():
+            for line in tracer.stdout:
+                lines.append(line)
+        reader = threading.Thread(target=read)
+        reader.start()
+
+        def command(word):
+            target.stdin.write(word + "\n")
+            target.stdin.flush()
+            if target.stdout.readline() != "done\n":
+                raise AssertionError("pystat workload: no answer")
+
+        def rows(since):
+            return [dict(zip(cls.COLUMNS, map(int, match.groups())))
+                    for match in map(cls.ROW.match, lines[since:]) if match]
+
+        def wait_row(since, deadline):
+            while not rows(since):
+                if time.monotonic() > deadline or tracer.poll() is not None:
+                    raise AssertionError("pystat.d stopped printing: %r"
+                                         % lines)
+                time.sleep(0.05)
+
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        if target.stdout.readline() != "ready\n":
+            raise AssertionError("pystat workload did not start")
+        deadline = time.monotonic() + 120
+        for _ in range(30):
+            command("ping")
+            since = len(lines)
+            wait_row(since, deadline)
+            seen = rows(since)[0]
+            if seen["PY_CALLS"] and seen["C_CALLS"] and seen["EXC_RAISED"]:
+                break
+        else:
+            raise AssertionError("the probes did not start firing: %r"
+                                 % lines)
+        for _ in range(30):
+            since = len(lines)
+            wait_row(since, deadline)
+            seen = rows(since)[0]
+            if not any(seen[c] for c in cls.COLUMNS if c != "GIL_WAIT_US"):
+                break
+        else:
+            raise AssertionError("the process does not stay idle: %r"
+                                 % lines[-10:])
+        burst = len(lines)
+        command("burst")
+        deadline = time.monotonic() + 120
+        while sum(r["THR_STOP"] for r in rows(burst)) < 5:
+            wait_row(len(lines), deadline)
+            time.sleep(0.5)
+        count = len(rows(burst))
+        while len(rows(burst)) < count + 2:
+            wait_row(len(lines), deadline)
+            time.sleep(0.2)
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=TIMEOUT)
+        reader.join()
+        return Session(tracer.returncode, "".join(lines[burst:]),
+                       tracer.stderr.read())
+
+    def totals(self, output):
+        rows = [dict(zip(self.COLUMNS, map(int, match.groups())))
+                for match in map(self.ROW.match, output.splitlines())
+                if match]
+        self.assertTrue(rows, output)
+        return {column: sum(row[column] for row in rows)
+                for column in self.COLUMNS}
+
+    def test_columns_add_up(self):
+        # -p: only the burst, as pystat.bt's test counts it.
+        total = self.totals(self.session("pystat.d -p"))
+        self.assertEqual(total["THR_START"], 5, total)
+        self.assertEqual(total["THR_STOP"], 5, total)
+        self.assertEqual(total["EXC_RAISED"], 7, total)
+        self.assertGreaterEqual(total["GC"], 3, total)
+        self.assertGreaterEqual(total["PY_CALLS"], 200 + 5 + 5, total)
+        self.assertGreaterEqual(total["C_CALLS"], 3 + 1, total)
+        # -c: the whole program, start-up included, whose threads are the
+        # burst's only.
+        output = self.session("pystat.d -c")
+        self.assertEqual(output.split("\n", 1)[0].split(),
+                         ["TIME", *self.COLUMNS])
+        total = self.totals(output)
+        self.assertEqual(total["THR_START"], 5, total)
+        self.assertEqual(total["THR_STOP"], 5, total)
+        self.assertGreaterEqual(total["EXC_RAISED"], 7, total)
+        self.assertGreaterEqual(total["GC"], 3, total)
+        self.assertGreaterEqual(total["PY_CALLS"], 200 + 5 + 5, total)
+
+
+# Ground truths of the howto's one-liners, each from the workload run
+# under a Python hook with the interpreter under test.
+LINES_REFERENCE = textwrap.dedent("""\
+    import os, runpy, sys
+    def trace(frame, event, arg):
+        if frame.f_code.co_name != sys.argv[2]:
+            return trace
+        if event == "line":
+            print("%s:%d" % (os.path.basename(frame.f_code.co_filename),
+                             frame.f_lineno))
+        return trace
+    sys.settrace(trace)
+    runpy.run_path(sys.argv[1], run_name="__main__")
+    sys.settrace(None)
+""")
+
+# The collections the workload asks for, per generation: every run makes
+# them, whatever else the allocations of that run (its start-up, the -p
+# target's) make collect.
+GC_REFERENCE = textwrap.dedent("""\
+    import collections, gc, json, runpy, sys
+    asked = collections.Counter()
+    collect = gc.collect
+    def counting(generation=2):
+        asked[generation] += 1
+        return collect(generation)
+    gc.collect = counting
+    runpy.run_path(sys.argv[1], run_name="__main__")
+    gc.collect = collect
+    print(json.dumps(asked))
+""")
+
+AUDIT_REFERENCE = textwrap.dedent("""\
+    import json, runpy, sys
+    opened = []
+    sys.addaudithook(lambda event, args: event == "open" and
+                     opened.append(args[0]))
+    runpy.run_path(sys.argv[1], run_name="__main__")
+    print(json.dumps(len(opened)))
+""")
+
+
+# [the modules site tries at start-up, the modules the workload file
+# imports], of those that cannot be found
+FAILED_IMPORTS_REFERENCE = textwrap.dedent("""\
+    import ast, importlib.util, json, site, sys
+    at_start = ["sitecustomize"] + (["usercustomize"]
+                                    if site.ENABLE_USER_SITE else [])
+    with open(sys.argv[1]) as f:
+        workload = [alias.name for node in ast.walk(ast.parse(f.read()))
+                    if isinstance(node, ast.Import) for alias in node.names]
+    print(json.dumps([[name for name in names
+                       if importlib.util.find_spec(name) is None]
+                      for names in (at_start, workload)]))
+""")
+
+
+class HowtoOneLinersTest(DTraceTestCase):
+    """The howto's DTrace one-liners, as the howto prints them."""
+
+    # "  name    count": a name may hold spaces ("<generic parameters of
+    # f>")
+    AGG_ROW = re.compile(r"^ +(.*?) +(-?\d+)$")
+
+    def workload(self, name):
+        return one_liner(name)[1]
+
+    def test_every_example_is_tested(self):
+        # Each DTrace command of the howto is a one-liner above, a script
+        # of Tools/usdt (run by the tests above), or the probe listing.
+        scripts = {name for name in os.listdir(USDT) if name.endswith(".d")}
+        for words in howto_commands():
+            with self.subTest(command=" ".join(words)):
+                if "-s" in words:
+                    self.assertIn(os.path.basename(
+                        words[words.index("-s") + 1]), scripts)
+                elif "-l" in words:
+                    self.assertEqual(words[words.index("-P") + 1][:6],
+                                     "python")
+                else:
+                    program = re.sub(r"[ ]+", " ",
+                                     words[words.index("-n") + 1])
+                    matched = [name for name, text in ONE_LINERS.items()
+                               if text in program]
+                    self.assertEqual(len(matched), 1, matched)
+        # and each one-liner is one command of the howto
+        for name in ONE_LINERS:
+            one_liner(name)
+
+    def test_calls_per_name(self):
+        workload = self.workload("calls_per_name")
+        expected = collections.Counter()
+        # its last line: fib.py prints its result first
+        for key, count in json.loads(reference(
+                bt.SETPROFILE_CALLS_REFERENCE,
+                workload).splitlines()[-1]).items():
+            expected[key.split(":")[0]] += count
+        del expected["<module>"]
+        self.assertTrue(expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("calls_per_name " + mode)
+                got = {match.group(1): int(match.group(2))
+                       for match in map(self.AGG_ROW.match,
+                                        output.splitlines())
+                       if match}
+                self.assertEqual({name: got.get(name) for name in expected},
+                                 dict(expected), output)
+
+    def test_time_per_name(self):
+        # No clock to compare with: each function of the workload has a
+        # positive total, and no other line is printed.
+        workload = self.workload("time_per_name")
+        names = {key.split(":")[0] for key in json.loads(reference(
+            bt.SETPROFILE_CALLS_REFERENCE, workload).splitlines()[-1])}
+        names.discard("<module>")
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("time_per_name " + mode)
+                # the aggregation's rows start with a space, the workload's
+                # own line does not
+                rows = [self.AGG_ROW.match(line)
+                        for line in output.splitlines()
+                        if line.startswith(" ")]
+                self.assertTrue(rows and all(rows), output)
+                got = {row.group(1): int(row.group(2)) for row in rows}
+                for name in names:
+                    self.assertGreater(got.get(name, 0), 0, output)
+
+    def test_lines_of_function(self):
+        workload = self.workload("lines_of_function")
+        # without the workload's own lines ("# Preamble 1")
+        expected = [line for line in reference(
+            LINES_REFERENCE, workload, "test_line").splitlines()
+            if not line.startswith("#")]
+        self.assertTrue(expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("lines_of_function " + mode)
+                got = [line for line in output.splitlines()
+                       if line and not line.startswith("#")]
+                # DTrace prints one buffer per CPU in turn: a thread that
+                # moved from one to another has its lines out of order.
+                self.assertEqual(collections.Counter(got),
+                                 collections.Counter(expected), output)
+
+    def test_live_instances(self):
+        # Traced from the start, no class can have more deletions than
+        # creations; imp.py's json import creates some.
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("live_instances " + mode)
+                rows = [re.match(r"^ +(\S+) +(\S+) +(-?\d+)$", line)
+                        for line in output.splitlines() if line.strip()]
+                self.assertTrue(rows and all(rows), output)
+
+    def test_gc_durations(self):
+        workload = self.workload("gc_durations")
+        expected = json.loads(reference(GC_REFERENCE, workload))
+        self.assertTrue(expected)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("gc_durations " + mode)
+                got = {int(key[0]): sum(buckets.values())
+                       for key, buckets in distributions(output)}
+                # automatic collections add to those, never remove any
+                for generation, count in expected.items():
+                    self.assertGreaterEqual(got.get(int(generation), 0), count,
+                                            output)
+
+    def test_failed_imports(self):
+        # What cannot be found: the workload's yaml, and with -c, the
+        # modules the site module tries at start-up (sitecustomize, and
+        # usercustomize where user site directories are enabled), which
+        # a -p target has imported before DTrace attaches.
+        proc = run([PYTHON, "-c", FAILED_IMPORTS_REFERENCE,
+                    self.workload("failed_imports")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        at_start, workload = json.loads(proc.stdout)
+        for mode, missing in (("-c", at_start + workload), ("-p", workload)):
+            with self.subTest(mode=mode):
+                output = self.session("failed_imports " + mode)
+                self.assertEqual(output.split(), missing, output)
+
+    def test_audit_stacks(self):
+        workload = self.workload("audit_stacks")
+        opened = json.loads(reference(AUDIT_REFERENCE, workload))
+        self.assertGreater(opened, 0)
+        for mode in self.MODES:
+            with self.subTest(mode=mode):
+                output = self.session("audit_stacks " + mode)
+                # One stack per open event.  DTrace names the frames when
+                # it prints the stack, which it can only while the process
+                # lives: those it prints after show addresses.
+                stacks = [stack for stack in re.split(r"\n\s*\n", output)
+                          if stack.strip()]
+                self.assertGreaterEqual(len(stacks), opened, output)
+                self.assertIn("python`PySys_Audit+", output)
+
+    def test_probe_listing(self):
+        # dtrace -l -P python<PID>, with -p PID or without: the probes
+        # readelf -n lists.
+        notes = {name for provider, name, _ in stapsdt_notes(PYTHON)
+                 if provider == "python"}
+        for name in ("listing", "listing -p"):
+            with self.subTest(name):
+                output = self.session(name)
+                listed = {line.split()[-1].replace("-", "__")
+                          for line in output.splitlines()[1:]
+                          if line.strip()}
+                self.assertEqual(listed, notes, output)
+
+
+if __name__ == "__main__":
+    unittest.main()
