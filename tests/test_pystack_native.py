@@ -220,14 +220,24 @@ class NativeStacksBase(unittest.TestCase):
         self.assertEqual(found, expected)
 
     def check_python(self, rows, recorded):
-        """The Python frames of each merged stack are the recorded ones."""
+        """The Python frames of each merged stack are the recorded ones,
+        their file names as pystack.py prints them: the last
+        DEFAULT_STRLEN - 1 bytes, after "..." when cut (the standard
+        library's paths are longer in a clone under a deep directory)."""
+        keep = load_pystack().DEFAULT_STRLEN - 1
+
+        def shown(filename):
+            raw = filename.encode()
+            if len(raw) <= keep:
+                return filename
+            return "..." + raw[-keep:].decode("utf-8", "replace")
         found = collections.Counter()
         for row in rows:
             found[tuple((f["name"], f["filename"], f["line"])
                         for f in row["frames"] if "name" in f)] \
                 += row["count"]
         expected = collections.Counter(
-            tuple((frame[0], frame[2], frame[3]) for frame in stack)
+            tuple((frame[0], shown(frame[2]), frame[3]) for frame in stack)
             for stack in recorded)
         self.assertEqual(found, expected)
 
