@@ -29,7 +29,7 @@ import time
 import unittest
 
 import test_pystack as base
-from support import (PYTHON, free_threaded, perf_map_entries,
+from support import (PYTHON, free_threaded, perf_map_entries, perf_map_path,
                      require_bpftrace, run, run_gdb, start)
 
 # Writes to FD from Python code re-entered from C (sorted's key, map's
@@ -326,6 +326,9 @@ class AttachTest(unittest.TestCase):
     def sample(self, *python_options, arm=False):
         target = start(self, [PYTHON, *python_options, WORKLOAD],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # Its perf map (-X perf, or the trampoline stacks__enable turns
+        # on) is removed at the test's end: make check fails on leftovers.
+        self.addCleanup(remove_perf_map, target.pid)
         ready = target.stdout.readline().split()
         self.assertEqual(ready[:1], ["ready"])
         if arm:
@@ -492,6 +495,12 @@ class ToolsTest(NativeStacksBase):
                         if stack[0][0] == "key"]
         self.assertEqual(len(recorded), 6)
         self.check_python(rows, recorded)
+
+
+def remove_perf_map(pid):
+    """Remove /tmp/perf-PID.map, if the process wrote one."""
+    if os.path.exists(perf_map_path(pid)):
+        os.unlink(perf_map_path(pid))
 
 
 def load_pystack():
