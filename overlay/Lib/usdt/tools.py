@@ -457,6 +457,17 @@ def fold_callpaths(text):
     return text, counters
 
 
+def draw(path, folded, where, empty, title):
+    """The flame graph of the folded stacks *folded* in *path*; Error
+    "EMPTY: nothing to draw" when there is no stack."""
+    from usdt import flamegraph
+    stacks = flamegraph.parse_folded(folded.splitlines(), where)
+    if not stacks:
+        raise Error("%s: nothing to draw" % empty)
+    with open(path, "w") as f:
+        f.write(flamegraph.render(flamegraph.build(stacks), title))
+
+
 def callpaths_command(tool, args):
     """latency --folded/--svg: own wall time per call path."""
     status, text = trace(tool, "callpaths.bt", args, [], strlen=200)
@@ -474,14 +485,8 @@ def callpaths_command(tool, args):
     if args.filter:
         folded = filter_stacks(folded, args.filter)
     if args.svg:
-        from usdt import flamegraph
-        stacks = flamegraph.parse_folded(folded.splitlines(), "<latency>")
-        if not stacks:
-            raise Error("no Python function returned while tracing: "
-                        "nothing to draw")
-        with open(args.svg, "w") as f:
-            f.write(flamegraph.render(flamegraph.build(stacks),
-                                      "Wall time by call path (ns)"))
+        draw(args.svg, folded, "<latency>", "no Python function returned "
+             "while tracing", "Wall time by call path (ns)")
     if args.folded or args.output:
         write(args, folded)
     return status
@@ -621,13 +626,7 @@ def profile_command(args):
     if args.filter:
         text = filter_stacks(text, args.filter)
     if args.svg:
-        from usdt import flamegraph
-        stacks = flamegraph.parse_folded(text.splitlines(), "<profile>")
-        if not stacks:
-            raise Error("no samples: nothing to draw")
-        with open(args.svg, "w") as f:
-            f.write(flamegraph.render(flamegraph.build(stacks),
-                                      "CPU profile"))
+        draw(args.svg, text, "<profile>", "no samples", "CPU profile")
     write(args, text)
     return status
 
