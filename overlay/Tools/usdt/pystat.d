@@ -7,7 +7,13 @@
  * exceptions raised (exception-raise), garbage collections (gc-start),
  * time spent waiting for the GIL in microseconds (gil-take-start to
  * gil-take-done), threads started and stopped (thread-start, thread-stop)
- * of that second.
+ * of that second.  When DTrace ends (Ctrl-C, or the -c program exits), a
+ * last line has what happened since the line before, so nothing is lost.
+ *
+ * DTrace for Linux 2.0.7 skips a tick-1s that finds its CPU idle (seen on
+ * a quiet 2-CPU virtual machine: no line for a minute and more).  A line
+ * then comes late, and has everything since the line before it: the
+ * columns still add up, but a line can span more than a second.
  *
  * Usage (stop with Ctrl-C):
  *
@@ -52,7 +58,8 @@ python$target:::gil-take-done
 	self->asked = 0;
 }
 
-profile:::tick-1s
+profile:::tick-1s,
+dtrace:::END
 {
 	normalize(@gil_wait, 1000);
 	printf("%-20Y", walltimestamp);
