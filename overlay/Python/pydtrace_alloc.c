@@ -1,0 +1,520 @@
+/* Sampled allocation probes on OpenTelemetry's otel_memory contract
+ * (cpython-usdt).
+ *
+ * otel_memory:alloc(ptr, size, weight) fires for a sampled allocation of
+ * any of the three PyMem domains (raw, mem, object); otel_memory:free(ptr)
+ * fires for the free of a pointer that alloc reported, and for no other
+ * free.  Sampling is Poisson over bytes: each thread counts down the bytes
+ * it allocates, from a distance drawn from an exponential distribution whose
+ * mean is the sampling interval (512 KiB, -X usdt_alloc_interval=BYTES or
+ * PYTHONUSDTALLOCINTERVAL=BYTES).  An allocation that crosses N boundaries
+ * is sampled with weight N * interval, so that the sum of the weights is an
+ * unbiased estimate of the bytes allocated.  A realloc() is a free of the
+ * old pointer (if it was sampled) and then an allocation of the new size,
+ * sampled or not by the same countdown.
+ *
+ * Nothing on the allocation path changes while no tracer has armed the
+ * probes.  When the probe watcher (Python/pydtrace_arming.c) sees either
+ * semaphore set, it calls _PyDTrace_AllocApply() in a thread of the main
+ * interpreter holding its GIL, which puts a wrapper on top of the current
+ * allocators of the three domains, as tracemalloc.start() does at run time;
+ * when the last tracer leaves, the wrapper is taken off again.
+ *
+ * The wrapper is invisible to PyMem_GetAllocator() and PyMem_SetAllocator():
+ * while it is installed they read and replace the allocator *under* it
+ * (Objects/obmalloc.c asks _PyDTrace_AllocBelow() where that is), so
+ * tracemalloc started or stopped in any order, the debug hooks and a C
+ * extension's own allocator all install themselves under the wrapper, get
+ * back what they installed, and are never replaced when it is taken off.
+ * _PyMem_GetCurrentAllocatorName() and sys._debugmallocstats() look under it
+ * too.
+ *
+ * The set of sampled pointers is bounded (SET_CAPACITY); a sampled
+ * allocation that does not fit is not reported, and counted in
+ * _PyDTrace_AllocDropped, which a tracer can read
+ * (uaddr("_PyDTrace_AllocDropped")).  An allocation never waits for the set
+ * longer than another thread's insert or removal.
+ *
+ * Raw-domain functions may run without the GIL while the wrapper goes on or
+ * off.  The wrapper's functions ignore their ctx argument, and only the
+ * function pointers are swapped (the ctx of the allocator under the wrapper
+ * is written first when it comes off), so that a thread that reads the
+ * allocator half-way through gets a working pair either way.
+ *
+ * Not in the free-threaded build: its mimalloc allocators are called by
+ * threads that run at the same time, which the per-domain wrapper below does
+ * not serialize; there the probes stay declared and never fire.
+ */
+
+#include "Python.h"
+#include "pycore_dtrace.h"
+#include "pycore_pyatomic_ft_wrappers.h"
+#include "pycore_pymem.h"         // struct _pymem_allocators
+#include "pycore_runtime.h"       // _PyRuntime
+
+#include <math.h>                 // log()
+#include <sched.h>                // sched_yield()
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(WITH_DTRACE) && !defined(Py_GIL_DISABLED)
+#  define ALLOC_SUPPORTED
+#endif
+
+#ifdef WITH_DTRACE
+
+/* Sampled allocations that were not reported because the set of sampled
+ * pointers was full. */
+uint64_t _PyDTrace_AllocDropped = 0;
+
+int
+_PyDTrace_AllocArmed(void)
+{
+    return OTEL_MEMORY_ALLOC_ENABLED() || OTEL_MEMORY_FREE_ENABLED();
+}
+
+#endif  /* WITH_DTRACE */
+
+#ifdef ALLOC_SUPPORTED
+
+#define DEFAULT_INTERVAL (512 * 1024)
+#define N_DOMAINS 3
+
+/* Power of two.  Three quarters of it may be in use: 24576 sampled live
+ * blocks, 12 GiB of live heap at the default interval. */
+#define SET_CAPACITY (1 << 15)
+#define SET_MAX_USED (SET_CAPACITY / 4 * 3)
+/* Counters of the hash buckets, for the lock-free "not sampled" answer of
+ * almost every free. */
+#define FILTER_SIZE (1 << 16)
+
+static uint64_t sampling_interval = DEFAULT_INTERVAL;
+
+/* The allocator under the wrapper of each domain, and whether the wrapper
+ * is on.  Written with ALLOCATORS_MUTEX held and the GIL held. */
+static struct {
+    PyMemAllocatorEx below;
+    int installed;
+} layers[N_DOMAINS];
+
+struct sampled {
+    void *ptr;          /* NULL: empty slot */
+    uint64_t size;
+    uint64_t weight;
+};
+
+static struct {
+    int lock;                           /* spin lock: never parks */
+    Py_ssize_t used;
+    struct sampled slots[SET_CAPACITY];
+    uint16_t filter[FILTER_SIZE];
+} set;
+
+/* Per thread: bytes left before the next sample (0: not drawn yet), and the
+ * state of its random generator (xorshift64*). */
+static _Py_thread_local uint64_t countdown;
+static _Py_thread_local uint64_t rng_state;
+
+static inline size_t
+hash_ptr(const void *ptr)
+{
+    uint64_t h = (uint64_t)(uintptr_t)ptr * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(h >> 32);
+}
+
+static void
+set_lock(void)
+{
+    while (_Py_atomic_exchange_int(&set.lock, 1)) {
+        while (_Py_atomic_load_int_relaxed(&set.lock)) {
+            sched_yield();
+        }
+    }
+}
+
+static void
+set_unlock(void)
+{
+    _Py_atomic_store_int_release(&set.lock, 0);
+}
+
+/* Called with the lock held.  0 if the set is full. */
+static int
+set_insert(void *ptr, uint64_t size, uint64_t weight)
+{
+    if (set.used >= SET_MAX_USED) {
+        return 0;
+    }
+    size_t h = hash_ptr(ptr);
+    size_t i = h & (SET_CAPACITY - 1);
+    while (set.slots[i].ptr != NULL) {
+        i = (i + 1) & (SET_CAPACITY - 1);
+    }
+    set.slots[i].ptr = ptr;
+    set.slots[i].size = size;
+    set.slots[i].weight = weight;
+    set.used++;
+    uint16_t *f = &set.filter[h & (FILTER_SIZE - 1)];
+    _Py_atomic_store_uint16_relaxed(f, (uint16_t)(*f + 1));
+    return 1;
+}
+
+/* Called with the lock held: remove *ptr* and return 1 (with its entry in
+ * *out*), or 0 if it was not sampled.  Backward-shift deletion keeps the
+ * probe sequences whole without tombstones. */
+static int
+set_remove(void *ptr, struct sampled *out)
+{
+    size_t h = hash_ptr(ptr);
+    size_t i = h & (SET_CAPACITY - 1);
+    while (set.slots[i].ptr != ptr) {
+        if (set.slots[i].ptr == NULL) {
+            return 0;
+        }
+        i = (i + 1) & (SET_CAPACITY - 1);
+    }
+    *out = set.slots[i];
+    size_t hole = i;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & (SET_CAPACITY - 1);
+        if (set.slots[j].ptr == NULL) {
+            break;
+        }
+        size_t home = hash_ptr(set.slots[j].ptr) & (SET_CAPACITY - 1);
+        /* Move j into the hole unless its home lies cyclically in
+         * (hole, j]. */
+        int keep = (hole <= j) ? (hole < home && home <= j)
+                               : (hole < home || home <= j);
+        if (!keep) {
+            set.slots[hole] = set.slots[j];
+            hole = j;
+        }
+    }
+    set.slots[hole].ptr = NULL;
+    set.used--;
+    uint16_t *f = &set.filter[h & (FILTER_SIZE - 1)];
+    _Py_atomic_store_uint16_relaxed(f, (uint16_t)(*f - 1));
+    return 1;
+}
+
+static void
+set_clear(void)
+{
+    set_lock();
+    memset(set.slots, 0, sizeof(set.slots));
+    memset(set.filter, 0, sizeof(set.filter));
+    set.used = 0;
+    set_unlock();
+}
+
+/* Bytes to the next sample: exponential with mean sampling_interval, at
+ * least 1. */
+static uint64_t
+draw_distance(void)
+{
+    uint64_t x = rng_state;
+    if (x == 0) {
+        /* splitmix64 of the thread's address and the clock. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        x = (uint64_t)(uintptr_t)&countdown ^ (uint64_t)ts.tv_nsec
+            ^ ((uint64_t)ts.tv_sec << 32);
+        x += 0x9e3779b97f4a7c15ULL;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+        x ^= x >> 31;
+        if (x == 0) {
+            x = 1;
+        }
+    }
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    /* Uniform in (0, 1]. */
+    double u = ((double)((x * 0x2545f4914f6cdd1dULL) >> 11) + 1.0)
+               * (1.0 / 9007199254740992.0);
+    double d = -log(u) * (double)sampling_interval;
+    if (d >= 18446744073709549568.0) {
+        return UINT64_MAX;
+    }
+    return (uint64_t)d + 1;
+}
+
+/* The number of sample boundaries that *size* bytes cross, with the
+ * countdown moved on. */
+static uint64_t
+crossings_slow(uint64_t size)
+{
+    uint64_t left = countdown ? countdown : draw_distance();
+    uint64_t n = 0;
+    while (size >= left) {
+        size -= left;
+        n++;
+        left = draw_distance();
+    }
+    countdown = left - size;
+    return n;
+}
+
+static inline uint64_t
+crossings(size_t size)
+{
+    uint64_t left = countdown;
+    if ((uint64_t)size < left) {
+        countdown = left - size;
+        return 0;
+    }
+    return crossings_slow(size);
+}
+
+static void
+report_alloc(void *ptr, uint64_t size, uint64_t n)
+{
+    uint64_t weight = n * sampling_interval;
+    set_lock();
+    int kept = set_insert(ptr, size, weight);
+    set_unlock();
+    if (!kept) {
+        _Py_atomic_add_uint64(&_PyDTrace_AllocDropped, 1);
+        return;
+    }
+    OTEL_MEMORY_ALLOC(ptr, size, weight);
+}
+
+static inline void
+sample_alloc(void *ptr, size_t size)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    uint64_t n = crossings(size);
+    if (n != 0) {
+        report_alloc(ptr, size, n);
+    }
+}
+
+/* Fire free for *ptr* if it was sampled; *out* gets its entry.  Almost
+ * every free is answered by one load of the filter, without the lock: the
+ * insert of a pointer happened before it can be freed, and the counter of
+ * its bucket stays above zero while it is in the set. */
+static inline int
+sample_free(void *ptr, struct sampled *out)
+{
+    if (ptr == NULL) {
+        return 0;
+    }
+    size_t h = hash_ptr(ptr);
+    if (_Py_atomic_load_uint16_relaxed(&set.filter[h & (FILTER_SIZE - 1)])
+        == 0)
+    {
+        return 0;
+    }
+    set_lock();
+    int found = set_remove(ptr, out);
+    set_unlock();
+    if (found) {
+        /* Before the block goes back to the allocator: a thread that gets
+         * the same address next reports its alloc after this free. */
+        OTEL_MEMORY_FREE(ptr);
+    }
+    return found;
+}
+
+/* The wrapper.  One set of functions per domain: they ignore ctx (see the
+ * top of this file). */
+#define DEFINE_HOOKS(NAME, DOMAIN) \
+    static void * \
+    NAME ## _malloc(void *Py_UNUSED(ctx), size_t size) \
+    { \
+        PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        void *ptr = b->malloc(b->ctx, size); \
+        sample_alloc(ptr, size); \
+        return ptr; \
+    } \
+    static void * \
+    NAME ## _calloc(void *Py_UNUSED(ctx), size_t nelem, size_t elsize) \
+    { \
+        PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        void *ptr = b->calloc(b->ctx, nelem, elsize); \
+        sample_alloc(ptr, nelem * elsize); \
+        return ptr; \
+    } \
+    static void * \
+    NAME ## _realloc(void *Py_UNUSED(ctx), void *old, size_t size) \
+    { \
+        PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        struct sampled was; \
+        int sampled = sample_free(old, &was); \
+        void *ptr = b->realloc(b->ctx, old, size); \
+        if (ptr == NULL) { \
+            if (sampled) { \
+                /* The old block is still there: report it again. */ \
+                set_lock(); \
+                int kept = set_insert(old, was.size, was.weight); \
+                set_unlock(); \
+                if (kept) { \
+                    OTEL_MEMORY_ALLOC(old, was.size, was.weight); \
+                } \
+            } \
+            return NULL; \
+        } \
+        sample_alloc(ptr, size); \
+        return ptr; \
+    } \
+    static void \
+    NAME ## _free(void *Py_UNUSED(ctx), void *ptr) \
+    { \
+        PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        struct sampled was; \
+        (void)sample_free(ptr, &was); \
+        b->free(b->ctx, ptr); \
+    }
+
+DEFINE_HOOKS(raw, PYMEM_DOMAIN_RAW)
+DEFINE_HOOKS(mem, PYMEM_DOMAIN_MEM)
+DEFINE_HOOKS(obj, PYMEM_DOMAIN_OBJ)
+
+static const PyMemAllocatorEx hooks[N_DOMAINS] = {
+    [PYMEM_DOMAIN_RAW] = {NULL, raw_malloc, raw_calloc, raw_realloc,
+                          raw_free},
+    [PYMEM_DOMAIN_MEM] = {NULL, mem_malloc, mem_calloc, mem_realloc,
+                          mem_free},
+    [PYMEM_DOMAIN_OBJ] = {NULL, obj_malloc, obj_calloc, obj_realloc,
+                          obj_free},
+};
+
+static PyMemAllocatorEx *
+current(int domain)
+{
+    switch (domain) {
+    case PYMEM_DOMAIN_RAW:
+        return &_PyRuntime.allocators.standard.raw;
+    case PYMEM_DOMAIN_MEM:
+        return &_PyRuntime.allocators.standard.mem;
+    default:
+        return &_PyRuntime.allocators.standard.obj;
+    }
+}
+
+/* Store the four functions of *from* into *to*, one pointer at a time, for
+ * the raw-domain readers that do not hold the GIL. */
+static void
+store_functions(PyMemAllocatorEx *to, const PyMemAllocatorEx *from)
+{
+    _Py_atomic_store_ptr_release(&to->malloc, (void *)from->malloc);
+    _Py_atomic_store_ptr_release(&to->calloc, (void *)from->calloc);
+    _Py_atomic_store_ptr_release(&to->realloc, (void *)from->realloc);
+    _Py_atomic_store_ptr_release(&to->free, (void *)from->free);
+}
+
+PyMemAllocatorEx *
+_PyDTrace_AllocBelow(PyMemAllocatorDomain domain, PyMemAllocatorEx *cur)
+{
+    if ((int)domain >= 0 && (int)domain < N_DOMAINS
+        && layers[domain].installed)
+    {
+        return &layers[domain].below;
+    }
+    return cur;
+}
+
+static void
+wrap(void)
+{
+    PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    for (int d = 0; d < N_DOMAINS; d++) {
+        if (layers[d].installed) {
+            continue;
+        }
+        PyMemAllocatorEx *cur = current(d);
+        layers[d].below = *cur;
+        layers[d].installed = 1;
+        /* cur->ctx stays: the wrapper ignores it. */
+        store_functions(cur, &hooks[d]);
+    }
+    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+}
+
+static void
+unwrap(void)
+{
+    int was_installed = 0;
+    PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    for (int d = 0; d < N_DOMAINS; d++) {
+        if (!layers[d].installed) {
+            continue;
+        }
+        was_installed = 1;
+        PyMemAllocatorEx *cur = current(d);
+        /* The ctx of what is under the wrapper first (the wrapper ignores
+         * ctx), then its functions. */
+        _Py_atomic_store_ptr_release(&cur->ctx, layers[d].below.ctx);
+        store_functions(cur, &layers[d].below);
+        layers[d].installed = 0;
+    }
+    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+    /* No free of these pointers will be reported: forget them, so that a
+     * later tracer is not sent a free for an address it never saw.  (Not
+     * touched at all while nothing was ever installed.) */
+    if (was_installed) {
+        set_clear();
+    }
+}
+
+void
+_PyDTrace_AllocApply(PyThreadState *tstate, int armed)
+{
+    if (!_Py_IsMainInterpreter(tstate->interp)) {
+        return;
+    }
+    if (armed) {
+        wrap();
+    }
+    else {
+        unwrap();
+    }
+}
+
+int
+_PyDTrace_AllocSetInterval(uint64_t interval)
+{
+    if (interval == 0) {
+        return -1;
+    }
+    sampling_interval = interval;
+    return 0;
+}
+
+#elif defined(WITH_DTRACE)
+
+/* The probes' sites, so that every build declares them.  Nothing calls
+ * this function; 'used' keeps it through LTO. */
+static __attribute__((used)) void
+alloc_probe_sites(void)
+{
+    OTEL_MEMORY_ALLOC((void *)NULL, (uint64_t)0, (uint64_t)0);
+    OTEL_MEMORY_FREE((void *)NULL);
+}
+
+PyMemAllocatorEx *
+_PyDTrace_AllocBelow(PyMemAllocatorDomain Py_UNUSED(domain),
+                     PyMemAllocatorEx *cur)
+{
+    return cur;
+}
+
+void
+_PyDTrace_AllocApply(PyThreadState *Py_UNUSED(tstate), int Py_UNUSED(armed))
+{
+}
+
+int
+_PyDTrace_AllocSetInterval(uint64_t interval)
+{
+    return interval == 0 ? -1 : 0;
+}
+
+#endif  /* ALLOC_SUPPORTED */
