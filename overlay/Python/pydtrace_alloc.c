@@ -50,6 +50,7 @@
 #include "pycore_dtrace.h"
 #include "pycore_pyatomic_ft_wrappers.h"
 #include "pycore_pymem.h"         // struct _pymem_allocators
+#include "pycore_pystate.h"       // _Py_IsMainInterpreter()
 #include "pycore_runtime.h"       // _PyRuntime
 
 #include <math.h>                 // log()

@@ -1,0 +1,140 @@
+"""otel_memory:alloc and otel_memory:free against exact tracemalloc.
+
+bpftrace runs data/alloc_workload.py with the probes armed from the start
+(so the allocator wrapper is installed before the first frame, and
+tracemalloc.start() installs itself under it).  The workload allocates
+objects of known sizes between two sys.audit() markers and prints what
+tracemalloc, exact in the same process, saw.  The program counts the
+weights of the phase's sampled allocations (their sum estimates the bytes
+allocated) and of those still live at its end marker, and over the whole
+run checks the contract's pointer rule: a free only for a pointer that an
+alloc reported and that was not freed since, and no alloc of a pointer that
+is still live (which would mean that its free was missed).
+"""
+
+import os
+import unittest
+
+from support import Bpftrace, PYTHON, free_threaded, tracer_unusable
+
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                        "alloc_workload.py")
+
+# @w[ptr]: weight of each live sampled pointer.  @on: inside the phase.
+# @pw[ptr]: weight of the live pointers sampled in the phase.
+PROGRAM = """
+usdt:%(p)s:python:audit /pid == cpid && str(arg0) == "usdt.alloc.begin"/
+{ @on = 1; }
+usdt:%(p)s:python:audit /pid == cpid && str(arg0) == "usdt.alloc.end"/
+{ @on = 0; }
+usdt:%(p)s:otel_memory:alloc /pid == cpid/
+{
+  if (@w[arg0] != 0) { @alloc_of_live = count(); }
+  if (arg2 == 0 || arg1 == 0) { @bad_args = count(); }
+  @w[arg0] = arg2;
+  @allocs = count();
+  if (@on) { @pw[arg0] = arg2; @phase_weight = sum(arg2);
+             @phase_samples = count(); }
+}
+usdt:%(p)s:otel_memory:free /pid == cpid/
+{
+  if (@w[arg0] == 0) { @free_of_unknown = count(); }
+  delete(@w[arg0]);
+  @frees = count();
+  if (@on && @pw[arg0] != 0) { @phase_freed = sum(@pw[arg0]); }
+  delete(@pw[arg0]);
+}
+END { clear(@w); clear(@pw); clear(@on); }
+"""
+
+
+def run_workload(mode, interval=None):
+    """({map: value}, {truth name: bytes}) of one run of the workload."""
+    reason = Bpftrace.usable()
+    if reason is not None:
+        tracer_unusable(reason)
+    env = dict(os.environ, ALLOC_MODE=mode, BPFTRACE_MAP_KEYS_MAX="262144")
+    env.pop("PYTHONUSDTALLOCINTERVAL", None)
+    if interval is not None:
+        env["PYTHONUSDTALLOCINTERVAL"] = str(interval)
+    proc = Bpftrace.run(PROGRAM % {"p": PYTHON}, WORKLOAD, env=env,
+                        timeout=600)
+    if proc.returncode != 0 or "DONE" not in proc.stdout:
+        raise AssertionError("bpftrace exit %d: %s\n%s"
+                             % (proc.returncode, Bpftrace.errors(proc),
+                                proc.stdout[-2000:]))
+    maps = {name: value for name, keys, value in Bpftrace.maps(proc.stdout)
+            if not keys}
+    truth = {}
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if fields[:1] == ["TRUTH"]:
+            truth[fields[1]] = int(fields[2])
+    return maps, truth
+
+
+@unittest.skipIf(free_threaded(),
+                 "the free-threaded build does not wrap its allocators "
+                 "(Python/pydtrace_alloc.c)")
+class AllocProbes(unittest.TestCase):
+
+    def check_pointer_rule(self, maps):
+        self.assertGreater(maps.get("allocs", 0), 0)
+        self.assertGreater(maps.get("frees", 0), 0)
+        self.assertEqual(maps.get("free_of_unknown", 0), 0,
+                         "free of a pointer not sampled, or freed twice")
+        self.assertEqual(maps.get("alloc_of_live", 0), 0,
+                         "alloc of a live sampled pointer: a missed free")
+        self.assertEqual(maps.get("bad_args", 0), 0)
+
+    def check_estimate(self, estimate, truth, tolerance):
+        self.assertGreater(truth, 0)
+        error = (estimate - truth) / truth
+        self.assertLessEqual(abs(error), tolerance,
+                             "estimate %d, tracemalloc %d (%+.1f %%)"
+                             % (estimate, truth, 100 * error))
+
+    def test_large_total(self):
+        # 1 MiB allocations at the default interval (512 KiB).
+        maps, truth = run_workload("large")
+        self.check_pointer_rule(maps)
+        self.check_estimate(maps["phase_weight"], truth["total"], 0.10)
+
+    def test_small_total(self):
+        # 10 KB allocations at the default interval.
+        maps, truth = run_workload("small")
+        self.check_pointer_rule(maps)
+        self.check_estimate(maps["phase_weight"], truth["total"], 0.15)
+
+    def test_live(self):
+        # -X usdt_alloc_interval's variable, at 16 KiB: 8000 samples.
+        maps, truth = run_workload("live", interval=16384)
+        self.check_pointer_rule(maps)
+        live = maps["phase_weight"] - maps.get("phase_freed", 0)
+        self.check_estimate(live, truth["live"], 0.10)
+
+    def test_live_with_tracemalloc_restarted(self):
+        maps, truth = run_workload("restart", interval=16384)
+        self.check_pointer_rule(maps)
+        live = maps["phase_weight"] - maps.get("phase_freed", 0)
+        self.check_estimate(live, truth["live"], 0.10)
+
+    def test_realloc(self):
+        # Buffers grown by realloc: each realloc is a free of the old
+        # pointer (if sampled) and an allocation of the new size.
+        maps, truth = run_workload("realloc", interval=16384)
+        self.check_pointer_rule(maps)
+        live = maps["phase_weight"] - maps.get("phase_freed", 0)
+        self.check_estimate(live, truth["live"], 0.10)
+
+    def test_interval_scales_samples(self):
+        # Eight times the interval: about an eighth of the samples.
+        small, _ = run_workload("live", interval=16384)
+        large, _ = run_workload("live", interval=8 * 16384)
+        ratio = small["phase_samples"] / large["phase_samples"]
+        self.assertGreater(ratio, 6)
+        self.assertLess(ratio, 10)
+
+
+if __name__ == "__main__":
+    unittest.main()
