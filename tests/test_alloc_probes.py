@@ -13,12 +13,17 @@ is still live (which would mean that its free was missed).
 """
 
 import os
+import re
+import subprocess
+import time
 import unittest
 
-from support import Bpftrace, PYTHON, free_threaded, tracer_unusable
+from support import (Bpftrace, PYTHON, Semaphore, free_threaded, start,
+                     tracer_unusable)
 
-WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                        "alloc_workload.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
+DRIVEN = os.path.join(HERE, "data", "alloc_driven.py")
 
 # @w[ptr]: weight of each live sampled pointer.  @on: inside the phase.
 # @pw[ptr]: weight of the live pointers sampled in the phase.
@@ -127,13 +132,118 @@ class AllocProbes(unittest.TestCase):
         live = maps["phase_weight"] - maps.get("phase_freed", 0)
         self.check_estimate(live, truth["live"], 0.10)
 
-    def test_interval_scales_samples(self):
-        # Eight times the interval: about an eighth of the samples.
-        small, _ = run_workload("live", interval=16384)
-        large, _ = run_workload("live", interval=8 * 16384)
-        ratio = small["phase_samples"] / large["phase_samples"]
-        self.assertGreater(ratio, 6)
-        self.assertLess(ratio, 10)
+    def test_interval_scales_boundaries(self):
+        # Eight times the interval: an eighth of the boundaries crossed
+        # (weight / interval; about 1000 at the larger one), and both
+        # estimates still right.
+        crossed = []
+        for interval in (16384, 8 * 16384):
+            maps, truth = run_workload("live", interval=interval)
+            self.check_pointer_rule(maps)
+            live = maps["phase_weight"] - maps.get("phase_freed", 0)
+            self.check_estimate(live, truth["live"], 0.10)
+            self.assertEqual(maps["phase_weight"] % interval, 0)
+            crossed.append(maps["phase_weight"] // interval)
+        ratio = crossed[0] / crossed[1]
+        self.assertGreater(ratio, 7, crossed)
+        self.assertLess(ratio, 9, crossed)
+
+
+def allocator_functions(pid):
+    """The names of the malloc functions that the raw, mem and object
+    domains call in process pid, read by gdb (which stops it meanwhile)."""
+    commands = []
+    for domain in ("raw", "mem", "obj"):
+        commands += ["-ex", "p _PyRuntime.allocators.standard.%s.malloc"
+                     % domain]
+    proc = subprocess.run(["gdb", "-batch", "-nx", "-p", str(pid),
+                           *commands], capture_output=True, timeout=300)
+    names = re.findall(rb"^\$\d+ = .* <(\w+)>$", proc.stdout, re.M)
+    if len(names) != 3:
+        raise AssertionError("gdb: %s %s" % (proc.stdout, proc.stderr))
+    return [name.decode() for name in names]
+
+
+@unittest.skipIf(free_threaded(),
+                 "the free-threaded build does not wrap its allocators "
+                 "(Python/pydtrace_alloc.c)")
+class WrapAndUnwrap(unittest.TestCase):
+    """Arming at run time, by the semaphore alone (as the kernel sets it
+    for a tracer), with tracemalloc started and stopped on both sides: the
+    wrapper goes on within the watcher's poll, stays on top of tracemalloc,
+    and comes off leaving exactly what is under it."""
+
+    WRAPPER = ["raw_malloc", "mem_malloc", "obj_malloc"]
+
+    def setUp(self):
+        if os.geteuid() != 0:
+            tracer_unusable("arming through /proc/PID/mem needs root")
+        self.proc = start(self, [PYTHON, DRIVEN], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE)
+        self.assertEqual(self.proc.stdout.readline(), "ready\n")
+        self.semaphore = Semaphore(self.proc.pid, "alloc",
+                                   provider="otel_memory")
+        self.armed = 0
+        self.addCleanup(self.disarm_all)
+
+    def disarm_all(self):
+        if self.armed and self.proc.poll() is None:
+            self.semaphore.add(-self.armed)
+
+    def command(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def wait_functions(self, expected):
+        """Poll gdb until the domains call *expected* (the watcher polls
+        once a second); the names seen last."""
+        deadline = time.monotonic() + 10
+        while True:
+            names = allocator_functions(self.proc.pid)
+            if names == expected or time.monotonic() > deadline:
+                return names
+
+    def arm(self, delta):
+        self.semaphore.add(delta)
+        self.armed += delta
+
+    def test_wrap_unwrap_with_tracemalloc(self):
+        plain = allocator_functions(self.proc.pid)
+        self.assertEqual(plain, ["_PyMem_RawMalloc", "_PyObject_Malloc",
+                                 "_PyObject_Malloc"])
+        self.assertEqual(self.command("tm_start"), "tracing True")
+        traced = allocator_functions(self.proc.pid)
+        self.assertNotEqual(traced, plain)
+        # Armed over tracemalloc.
+        self.arm(1)
+        self.assertEqual(self.wait_functions(self.WRAPPER), self.WRAPPER)
+        self.assertEqual(self.command("alloc"), "allocated")
+        self.assertEqual(self.command("check"), "check exact True")
+        # tracemalloc stopped and started again under the wrapper.
+        self.assertEqual(self.command("tm_stop"), "tracing False")
+        self.assertEqual(allocator_functions(self.proc.pid), self.WRAPPER)
+        self.assertEqual(self.command("alloc"), "allocated")
+        self.assertEqual(self.command("tm_start"), "tracing True")
+        self.assertEqual(self.command("check"), "check exact True")
+        # A second tracer, then both leave: unwrapped only at the last.
+        self.arm(1)
+        self.arm(-1)
+        time.sleep(2.5)
+        self.assertEqual(allocator_functions(self.proc.pid), self.WRAPPER)
+        self.arm(-1)
+        self.assertEqual(self.wait_functions(traced), traced)
+        self.assertEqual(self.command("check"), "check exact True")
+        self.assertEqual(self.command("tm_stop"), "tracing False")
+        self.assertEqual(allocator_functions(self.proc.pid), plain)
+        # Armed again, with nothing else installed.
+        self.arm(1)
+        self.assertEqual(self.wait_functions(self.WRAPPER), self.WRAPPER)
+        self.assertEqual(self.command("alloc"), "allocated")
+        self.arm(-1)
+        self.assertEqual(self.wait_functions(plain), plain)
+        self.assertEqual(self.command("quit"), "bye")
+        self.assertEqual(self.proc.wait(timeout=60), 0)
 
 
 if __name__ == "__main__":

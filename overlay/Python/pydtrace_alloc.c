@@ -116,6 +116,12 @@ static struct {
  * state of its random generator (xorshift64*). */
 static _Py_thread_local uint64_t countdown;
 static _Py_thread_local uint64_t rng_state;
+/* Per thread: inside the allocator under the wrapper.  pymalloc hands large
+ * requests of the mem and object domains to the raw domain, and
+ * tracemalloc's hooks allocate too: such nested calls are the same block
+ * (or none of the program's), so they pass through unsampled, as
+ * tracemalloc does with its own. */
+static _Py_thread_local int inside;
 
 static inline size_t
 hash_ptr(const void *ptr)
@@ -324,6 +330,20 @@ sample_free(void *ptr, struct sampled *out)
     return found;
 }
 
+/* A realloc() that failed keeps its old block: report it again. */
+static void
+report_again(void *ptr, const struct sampled *was)
+{
+    set_lock();
+    int kept = set_insert(ptr, was->size, was->weight);
+    set_unlock();
+    if (!kept) {
+        _Py_atomic_add_uint64(&_PyDTrace_AllocDropped, 1);
+        return;
+    }
+    OTEL_MEMORY_ALLOC(ptr, was->size, was->weight);
+}
+
 /* The wrapper.  One set of functions per domain: they ignore ctx (see the
  * top of this file). */
 #define DEFINE_HOOKS(NAME, DOMAIN) \
@@ -331,7 +351,12 @@ sample_free(void *ptr, struct sampled *out)
     NAME ## _malloc(void *Py_UNUSED(ctx), size_t size) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        if (inside) { \
+            return b->malloc(b->ctx, size); \
+        } \
+        inside = 1; \
         void *ptr = b->malloc(b->ctx, size); \
+        inside = 0; \
         sample_alloc(ptr, size); \
         return ptr; \
     } \
@@ -339,7 +364,12 @@ sample_free(void *ptr, struct sampled *out)
     NAME ## _calloc(void *Py_UNUSED(ctx), size_t nelem, size_t elsize) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        if (inside) { \
+            return b->calloc(b->ctx, nelem, elsize); \
+        } \
+        inside = 1; \
         void *ptr = b->calloc(b->ctx, nelem, elsize); \
+        inside = 0; \
         sample_alloc(ptr, nelem * elsize); \
         return ptr; \
     } \
@@ -347,18 +377,18 @@ sample_free(void *ptr, struct sampled *out)
     NAME ## _realloc(void *Py_UNUSED(ctx), void *old, size_t size) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        if (inside) { \
+            return b->realloc(b->ctx, old, size); \
+        } \
         struct sampled was; \
         int sampled = sample_free(old, &was); \
+        inside = 1; \
         void *ptr = b->realloc(b->ctx, old, size); \
+        inside = 0; \
         if (ptr == NULL) { \
             if (sampled) { \
                 /* The old block is still there: report it again. */ \
-                set_lock(); \
-                int kept = set_insert(old, was.size, was.weight); \
-                set_unlock(); \
-                if (kept) { \
-                    OTEL_MEMORY_ALLOC(old, was.size, was.weight); \
-                } \
+                report_again(old, &was); \
             } \
             return NULL; \
         } \
@@ -369,9 +399,15 @@ sample_free(void *ptr, struct sampled *out)
     NAME ## _free(void *Py_UNUSED(ctx), void *ptr) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
+        if (inside) { \
+            b->free(b->ctx, ptr); \
+            return; \
+        } \
         struct sampled was; \
         (void)sample_free(ptr, &was); \
+        inside = 1; \
         b->free(b->ctx, ptr); \
+        inside = 0; \
     }
 
 DEFINE_HOOKS(raw, PYMEM_DOMAIN_RAW)
@@ -422,10 +458,27 @@ _PyDTrace_AllocBelow(PyMemAllocatorDomain domain, PyMemAllocatorEx *cur)
     return cur;
 }
 
+/* Called with ALLOCATORS_MUTEX held.  A runtime initialized again after
+ * Py_Finalize() (an embedding program) starts from the default allocators:
+ * a wrapper that is no longer there is not installed. */
+static int
+forget_lost_wrappers(void)
+{
+    int lost = 0;
+    for (int d = 0; d < N_DOMAINS; d++) {
+        if (layers[d].installed && current(d)->malloc != hooks[d].malloc) {
+            layers[d].installed = 0;
+            lost = 1;
+        }
+    }
+    return lost;
+}
+
 static void
 wrap(void)
 {
     PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    int lost = forget_lost_wrappers();
     for (int d = 0; d < N_DOMAINS; d++) {
         if (layers[d].installed) {
             continue;
@@ -437,6 +490,9 @@ wrap(void)
         store_functions(cur, &hooks[d]);
     }
     PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+    if (lost) {
+        set_clear();
+    }
 }
 
 static void
@@ -444,6 +500,7 @@ unwrap(void)
 {
     int was_installed = 0;
     PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    was_installed = forget_lost_wrappers();
     for (int d = 0; d < N_DOMAINS; d++) {
         if (!layers[d].installed) {
             continue;
