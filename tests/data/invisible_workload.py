@@ -638,8 +638,9 @@ def case_allocators():
     # extension's hooks, the allocator's name) must see what they would
     # without it.
     import _testcapi
+    import _testinternalcapi
     import tracemalloc
-    print("name", _testcapi.pymem_getallocatorsname())
+    print("name", _testinternalcapi.pymem_getallocatorsname())
     big = bytearray(16 << 20)       # sampled: the probes fire
     for round in range(2):
         tracemalloc.start()
@@ -664,7 +665,7 @@ def case_allocators():
     finally:
         _testcapi.remove_mem_hooks()
     print("nomemory raised", failed)
-    print("name", _testcapi.pymem_getallocatorsname())
+    print("name", _testinternalcapi.pymem_getallocatorsname())
     del big
 
 
