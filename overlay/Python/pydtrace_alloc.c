@@ -251,8 +251,9 @@ draw_distance(void)
 }
 
 /* The number of sample boundaries that *size* bytes cross, with the
- * countdown moved on. */
-static uint64_t
+ * countdown moved on.  Not inlined, nor is anything else off the fast
+ * paths: the wrapper's functions then need no callee-saved registers. */
+static Py_NO_INLINE uint64_t
 crossings_slow(uint64_t size)
 {
     uint64_t left = countdown ? countdown : draw_distance();
@@ -277,7 +278,7 @@ crossings(size_t size)
     return crossings_slow(size);
 }
 
-static void
+static Py_NO_INLINE void
 report_alloc(void *ptr, uint64_t size, uint64_t n)
 {
     uint64_t weight = n * sampling_interval;
@@ -303,35 +304,56 @@ sample_alloc(void *ptr, size_t size)
     }
 }
 
-/* Fire free for *ptr* if it was sampled; *out* gets its entry.  Almost
- * every free is answered by one load of the filter, without the lock: the
- * insert of a pointer happened before it can be freed, and the counter of
- * its bucket stays above zero while it is in the set. */
-static inline int
-sample_free(void *ptr, struct sampled *out)
+static Py_NO_INLINE int
+sample_free_slow(void *ptr, struct sampled *out)
 {
-    if (ptr == NULL) {
-        return 0;
-    }
-    size_t h = hash_ptr(ptr);
-    if (_Py_atomic_load_uint16_relaxed(&set.filter[h & (FILTER_SIZE - 1)])
-        == 0)
-    {
-        return 0;
-    }
+    struct sampled entry;
     set_lock();
-    int found = set_remove(ptr, out);
+    int found = set_remove(ptr, &entry);
     set_unlock();
     if (found) {
         /* Before the block goes back to the allocator: a thread that gets
          * the same address next reports its alloc after this free. */
         OTEL_MEMORY_FREE(ptr);
+        if (out != NULL) {
+            *out = entry;
+        }
     }
     return found;
 }
 
+/* Fire free for *ptr* if it was sampled; *out*, if not NULL, gets its
+ * entry.  Almost
+ * every free is answered by one load of the filter, without the lock: the
+ * insert of a pointer happened before it can be freed, and the counter of
+ * its bucket stays above zero while it is in the set. */
+static inline int
+maybe_sampled(void *ptr)
+{
+    size_t h = hash_ptr(ptr);
+    return (ptr != NULL
+            && _Py_atomic_load_uint16_relaxed(
+                   &set.filter[h & (FILTER_SIZE - 1)]) != 0);
+}
+
+static inline int
+sample_free(void *ptr, struct sampled *out)
+{
+    if (!maybe_sampled(ptr)) {
+        return 0;
+    }
+    return sample_free_slow(ptr, out);
+}
+
+static Py_NO_INLINE void
+free_slow(PyMemAllocatorEx *b, void *ptr)
+{
+    (void)sample_free_slow(ptr, NULL);
+    b->free(b->ctx, ptr);
+}
+
 /* A realloc() that failed keeps its old block: report it again. */
-static void
+static Py_NO_INLINE void
 report_again(void *ptr, const struct sampled *was)
 {
     set_lock();
@@ -345,69 +367,105 @@ report_again(void *ptr, const struct sampled *was)
 }
 
 /* The wrapper.  One set of functions per domain: they ignore ctx (see the
- * top of this file). */
+ * top of this file).
+ *
+ * The fast path of an allocation counts its bytes down first and, when no
+ * boundary is crossed, tail-calls the allocator under the wrapper.  Calls
+ * nested in that allocator must not be sampled again: pymalloc gives the
+ * requests of the mem and object domains larger than 512 bytes (and of 0
+ * bytes) to PyMem_RawMalloc(), and its realloc() calls its malloc().  So the
+ * mem and object domains take the fast path only for 1 to 512 bytes, and
+ * otherwise mark the thread as inside the allocator, which the raw domain's
+ * functions check first. */
+#define NESTING_THRESHOLD 512
+
+static Py_NO_INLINE void *
+malloc_slow(PyMemAllocatorEx *b, size_t size)
+{
+    if (inside) {
+        return b->malloc(b->ctx, size);
+    }
+    inside = 1;
+    void *ptr = b->malloc(b->ctx, size);
+    inside = 0;
+    sample_alloc(ptr, size);
+    return ptr;
+}
+
+static Py_NO_INLINE void *
+calloc_slow(PyMemAllocatorEx *b, size_t nelem, size_t elsize)
+{
+    if (inside) {
+        return b->calloc(b->ctx, nelem, elsize);
+    }
+    inside = 1;
+    void *ptr = b->calloc(b->ctx, nelem, elsize);
+    inside = 0;
+    sample_alloc(ptr, nelem * elsize);
+    return ptr;
+}
+
+static Py_NO_INLINE void *
+realloc_hook(PyMemAllocatorEx *b, void *old, size_t size)
+{
+    if (inside) {
+        return b->realloc(b->ctx, old, size);
+    }
+    struct sampled was;
+    int sampled = sample_free(old, &was);
+    inside = 1;
+    void *ptr = b->realloc(b->ctx, old, size);
+    inside = 0;
+    if (ptr == NULL) {
+        if (sampled) {
+            report_again(old, &was);
+        }
+        return NULL;
+    }
+    sample_alloc(ptr, size);
+    return ptr;
+}
+
+/* Whether an allocation of *size* bytes can take the fast path: in the
+ * raw domain when not nested, in the others for 1 to 512 bytes. */
+#define FAST(DOMAIN, size) \
+    ((DOMAIN) == PYMEM_DOMAIN_RAW ? !inside \
+                                  : (size_t)((size) - 1) < NESTING_THRESHOLD)
+
 #define DEFINE_HOOKS(NAME, DOMAIN) \
     static void * \
     NAME ## _malloc(void *Py_UNUSED(ctx), size_t size) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
-        if (inside) { \
+        uint64_t left = countdown; \
+        if (FAST(DOMAIN, size) && (uint64_t)size < left) { \
+            countdown = left - size; \
             return b->malloc(b->ctx, size); \
         } \
-        inside = 1; \
-        void *ptr = b->malloc(b->ctx, size); \
-        inside = 0; \
-        sample_alloc(ptr, size); \
-        return ptr; \
+        return malloc_slow(b, size); \
     } \
     static void * \
     NAME ## _calloc(void *Py_UNUSED(ctx), size_t nelem, size_t elsize) \
     { \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
-        if (inside) { \
-            return b->calloc(b->ctx, nelem, elsize); \
-        } \
-        inside = 1; \
-        void *ptr = b->calloc(b->ctx, nelem, elsize); \
-        inside = 0; \
-        sample_alloc(ptr, nelem * elsize); \
-        return ptr; \
+        return calloc_slow(b, nelem, elsize); \
     } \
     static void * \
     NAME ## _realloc(void *Py_UNUSED(ctx), void *old, size_t size) \
     { \
-        PyMemAllocatorEx *b = &layers[DOMAIN].below; \
-        if (inside) { \
-            return b->realloc(b->ctx, old, size); \
-        } \
-        struct sampled was; \
-        int sampled = sample_free(old, &was); \
-        inside = 1; \
-        void *ptr = b->realloc(b->ctx, old, size); \
-        inside = 0; \
-        if (ptr == NULL) { \
-            if (sampled) { \
-                /* The old block is still there: report it again. */ \
-                report_again(old, &was); \
-            } \
-            return NULL; \
-        } \
-        sample_alloc(ptr, size); \
-        return ptr; \
+        return realloc_hook(&layers[DOMAIN].below, old, size); \
     } \
     static void \
     NAME ## _free(void *Py_UNUSED(ctx), void *ptr) \
     { \
+        /* No guard: a nested free (pymalloc's of a large block) finds \
+         * the pointer already out of the set. */ \
         PyMemAllocatorEx *b = &layers[DOMAIN].below; \
-        if (inside) { \
-            b->free(b->ctx, ptr); \
+        if (maybe_sampled(ptr)) { \
+            free_slow(b, ptr); \
             return; \
         } \
-        struct sampled was; \
-        (void)sample_free(ptr, &was); \
-        inside = 1; \
         b->free(b->ctx, ptr); \
-        inside = 0; \
     }
 
 DEFINE_HOOKS(raw, PYMEM_DOMAIN_RAW)
