@@ -15,6 +15,7 @@ is still live (which would mean that its free was missed).
 import os
 import re
 import subprocess
+import sys
 import time
 import unittest
 
@@ -178,13 +179,21 @@ class WrapAndUnwrap(unittest.TestCase):
     def setUp(self):
         if os.geteuid() != 0:
             tracer_unusable("arming through /proc/PID/mem needs root")
+        self.armed = 0
+        self.addCleanup(self.disarm_all)
+        self.restart()
+
+    def restart(self, **env):
+        """(Re)start the driven process, with *env* added."""
+        if getattr(self, "proc", None) is not None:
+            self.command("quit")
+            self.proc.wait(timeout=60)
         self.proc = start(self, [PYTHON, DRIVEN], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE)
+                          stdout=subprocess.PIPE,
+                          env=dict(os.environ, **env))
         self.assertEqual(self.proc.stdout.readline(), "ready\n")
         self.semaphore = Semaphore(self.proc.pid, "alloc",
                                    provider="otel_memory")
-        self.armed = 0
-        self.addCleanup(self.disarm_all)
 
     def disarm_all(self):
         if self.armed and self.proc.poll() is None:
@@ -207,6 +216,30 @@ class WrapAndUnwrap(unittest.TestCase):
     def arm(self, delta):
         self.semaphore.add(delta)
         self.armed += delta
+
+    def dropped(self):
+        """_PyDTrace_AllocDropped of the process, from /proc/PID/mem (its
+        link-time address plus the load bias)."""
+        symbols = subprocess.run(["nm", PYTHON], capture_output=True,
+                                 text=True, check=True).stdout
+        (address,) = [int(line.split()[0], 16)
+                      for line in symbols.splitlines()
+                      if line.endswith(" _PyDTrace_AllocDropped")]
+        with open("/proc/%d/mem" % self.proc.pid, "rb") as f:
+            f.seek(self.semaphore._load_bias() + address)
+            return int.from_bytes(f.read(8), sys.byteorder)
+
+    def test_full_set_is_counted(self):
+        # Every byte a boundary (interval 1): more live sampled pointers
+        # than the set holds (24576).  Those that do not fit are counted.
+        self.restart(PYTHONUSDTALLOCINTERVAL="1")
+        self.assertEqual(self.dropped(), 0)
+        self.arm(1)
+        self.assertEqual(self.wait_functions(self.WRAPPER), self.WRAPPER)
+        self.assertEqual(self.command("keep"), "kept 40000")
+        self.assertGreater(self.dropped(), 0)
+        self.arm(-1)
+        self.assertEqual(self.command("quit"), "bye")
 
     def test_wrap_unwrap_with_tracemalloc(self):
         plain = allocator_functions(self.proc.pid)

@@ -2,7 +2,7 @@
 command a line, while it arms and disarms the otel_memory probes from
 outside: "tm_start" and "tm_stop" (tracemalloc), "alloc" (16 MiB in small
 and large blocks, freed), "check" (tracemalloc traces this file's
-allocations exactly), "quit".  Each command is answered with one line.
+allocations exactly), "keep" (40000 small objects, kept), "quit".  Each command is answered with one line.
 Between commands it runs Python code every 50 ms, so that the probe
 watcher's pending call runs soon after the semaphores change.
 """
@@ -47,6 +47,9 @@ while True:
     elif command == "alloc":
         alloc()
         print("allocated", flush=True)
+    elif command == "keep":
+        kept = [bytes(100 + i % 100) for i in range(40000)]
+        print("kept", len(kept), flush=True)
     elif command == "check":
         print(check(), flush=True)
     elif command in ("quit", ""):
