@@ -12,19 +12,26 @@ alloc reported and that was not freed since, and no alloc of a pointer that
 is still live (which would mean that its free was missed).
 """
 
+import collections
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, free_threaded, start,
+from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded, start,
                      tracer_unusable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
 DRIVEN = os.path.join(HERE, "data", "alloc_driven.py")
+SITES = os.path.join(HERE, "data", "alloc_sites.py")
+PYSTACK = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
+# pystack.py runs under any Python 3: the system's, as test_pystack runs it.
+TOOL_PYTHON = shutil.which("python3") or sys.executable
 
 # @w[ptr]: weight of each live sampled pointer.  @on: inside the phase.
 # @pw[ptr]: weight of the live pointers sampled in the phase.
@@ -148,6 +155,53 @@ class AllocProbes(unittest.TestCase):
         ratio = crossed[0] / crossed[1]
         self.assertGreater(ratio, 7, crossed)
         self.assertLess(ratio, 9, crossed)
+
+
+@unittest.skipIf(free_threaded(),
+                 "the free-threaded build does not wrap its allocators "
+                 "(Python/pydtrace_alloc.c)")
+class PerSite(unittest.TestCase):
+    """pystack.py --weight arg2 at otel_memory:alloc: the bytes allocated
+    per Python stack (in-BPF walker), against tracemalloc per line."""
+
+    def test_sites_against_tracemalloc(self):
+        reason = Bpftrace.usable()
+        if reason is not None:
+            tracer_unusable(reason)
+        command = "%s %s" % (PYTHON, SITES)
+        if " " in PYTHON or " " in SITES:
+            raise ValueError("bpftrace -c splits on spaces: %r" % command)
+        # 64 KiB: about 2700 and 900 boundaries at the two sites.
+        env = dict(os.environ, PYTHONUSDTALLOCINTERVAL="65536")
+        proc = subprocess.run(
+            [TOOL_PYTHON, PYSTACK, "--probe",
+             "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
+             "--python", PYTHON, "--json", "-c", command],
+            capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("lost", proc.stderr)
+        start = proc.stdout.index("[")
+        truth = {}
+        for line in proc.stdout[:start].splitlines():
+            fields = line.split()
+            if fields[:1] == ["TRUTH"]:
+                truth[fields[1]] = int(fields[2])
+        estimate = collections.Counter()
+        total = 0
+        for row in json.loads(proc.stdout[start:]):
+            total += row["count"]
+            inner = row["frames"][0]
+            if inner["filename"] == SITES:
+                estimate[inner["name"]] += row["count"]
+        self.assertEqual(set(truth), {"big", "small"})
+        for site in ("big", "small"):
+            # Each above 5 % of all the bytes sampled in the run.
+            self.assertGreater(estimate[site], total / 20, (site, total))
+            error = (estimate[site] - truth[site]) / truth[site]
+            self.assertLessEqual(abs(error), 0.15,
+                                 "%s: estimate %d, tracemalloc %d (%+.1f %%)"
+                                 % (site, estimate[site], truth[site],
+                                    100 * error))
 
 
 def allocator_functions(pid):

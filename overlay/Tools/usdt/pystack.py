@@ -273,8 +273,9 @@ PROGRAM = r"""
  *   PYSTACK S tid event depth 1 length filename   (the same)
  *   PYSTACK D tid event frames more               (more: frames left out)
  *   PYSTACK L tid event depth line                (-1: no line)
- *   PYSTACK Z tid event status                    (0; 1: not this Python,
- *                                                  2: no thread state)
+ *   PYSTACK Z tid event status weight             (0; 1: not this Python,
+ *                                                  2: no thread state;
+ *                                                  weight: WEIGHT)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
  * and has no UTF-8 copy.
  * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
@@ -289,7 +290,7 @@ FILTER
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
-		printf("PYSTACK Z %d %lu 1\n", tid, $event);
+		printf("PYSTACK Z %d %lu 1 %lu\n", tid, $event, (uint64)(WEIGHT));
 		return;
 	}
 
@@ -321,7 +322,7 @@ FILTER
 		$i++;
 	}
 	if ($tstate == 0) {
-		printf("PYSTACK Z %d %lu 2\n", tid, $event);
+		printf("PYSTACK Z %d %lu 2 %lu\n", tid, $event, (uint64)(WEIGHT));
 		return;
 	}
 
@@ -465,7 +466,7 @@ FILTER
 		    0x0001020304050607) >> 56;
 		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
 	}
-	printf("PYSTACK Z %d %lu 0\n", tid, $event);
+	printf("PYSTACK Z %d %lu 0 %lu\n", tid, $event, (uint64)(WEIGHT));
 }
 """
 
@@ -540,6 +541,8 @@ def program(interp, args, probes):
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
+    text = text.replace("(WEIGHT)", "(%s)" % args.weight)
+    text = text.replace("weight: WEIGHT)", "weight: %s)" % args.weight, 1)
     return text
 
 
@@ -605,12 +608,14 @@ def parse(lines, strlen):
         elif kind == "Z":
             del events[key]
             status = int(fields[4])
+            # Records of a program without a weight count 1.
+            weight = int(fields[5]) if len(fields) > 5 else 1
             if status != 0 or event.depth is None:
                 reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                stacks[(Frame(reason, "", None),)] += 1
+                stacks[(Frame(reason, "", None),)] += weight
                 continue
             if event.depth == 0:
-                stacks[(Frame(NO_FRAMES, "", None),)] += 1
+                stacks[(Frame(NO_FRAMES, "", None),)] += weight
                 continue
             frames = []
             for depth in range(event.depth):
@@ -623,7 +628,7 @@ def parse(lines, strlen):
             if event.more:
                 frames.append(Frame(TRUNCATED, "", None))
                 notes["stacks cut at --max-depth frames"] += 1
-            stacks[tuple(frames)] += 1
+            stacks[tuple(frames)] += weight
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
     return stacks, notes
@@ -821,6 +826,11 @@ def main(argv=None):
     parser.add_argument("--python", metavar="PATH",
                         help="the interpreter binary (default: /proc/PID/"
                         "exe, or CMD's first word)")
+    parser.add_argument("--weight", metavar="EXPR", default="1",
+                        help="what a hit adds to its stack's count: a "
+                             "bpftrace expression of the probe, e.g. arg2 "
+                             "(the weight of otel_memory:alloc, bytes); "
+                             "default 1")
     parser.add_argument("--filter", metavar="PREDICATE",
                         help="a bpftrace predicate the hit must satisfy, "
                         "e.g. 'args->fd == 1'")
