@@ -84,6 +84,9 @@ TOOLS = [
          "steps?", "tasks.bt", 128),
     Tool("stacks", "Which Python code hits this probe (any bpftrace "
          "probe: a syscall, a USDT marker)? Python stacks with counts"),
+    Tool("alloc", "Which Python code allocates the most memory? Python "
+         "stacks weighted by the bytes allocated (otel_memory:alloc, "
+         "sampled), folded for flamegraph (alloc_space)"),
     Tool("profile", "Where does the process spend its CPU time? Sampled "
          "Python stacks, folded, or as a flame graph (--svg)"),
     Tool("flamegraph", "What do these folded stacks look like? An "
@@ -454,6 +457,20 @@ def stacks_command(args):
     return status
 
 
+def alloc_command(args):
+    """Stacks of the sampled allocations, each weighted by its weight:
+    the estimated bytes allocated there."""
+    options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
+               "arg2"]
+    if args.folded:
+        options.append("--folded")
+    status, text = run_pystack(args, options)
+    if args.filter:
+        text = filter_stacks(text, args.filter)
+    write(args, text)
+    return status
+
+
 def fold_ustacks(text):
     """(folded stacks, "root;...;leaf count" lines, of bpftrace's printed
     @[ustack] counts, as the awk program of pyprofile.bt's header folds
@@ -597,6 +614,9 @@ def main(argv=None):
                              "gc__start)")
             sub.add_argument("--folded", action="store_true",
                              help="folded stacks, for flamegraph")
+        elif tool.name == "alloc":
+            sub.add_argument("--folded", action="store_true",
+                             help="folded stacks, for flamegraph")
         elif tool.name == "profile":
             sub.add_argument("--hz", type=int, default=49,
                              help="samples per second and CPU (default "
@@ -621,6 +641,8 @@ def main(argv=None):
             check_pid(args.pid, args.binary)
         if tool.name == "stacks":
             return stacks_command(args)
+        if tool.name == "alloc":
+            return alloc_command(args)
         if tool.name == "profile":
             return profile_command(args)
         extra = []
