@@ -164,19 +164,21 @@ class PerSite(unittest.TestCase):
     """pystack.py --weight arg2 at otel_memory:alloc: the bytes allocated
     per Python stack (in-BPF walker), against tracemalloc per line."""
 
-    def test_sites_against_tracemalloc(self):
+    def sites(self, *options):
+        """({site: estimated bytes}, {site: tracemalloc's bytes}, total)
+        of pystack.py with *options* on data/alloc_sites.py."""
         reason = Bpftrace.usable()
         if reason is not None:
             tracer_unusable(reason)
         command = "%s %s" % (PYTHON, SITES)
         if " " in PYTHON or " " in SITES:
             raise ValueError("bpftrace -c splits on spaces: %r" % command)
-        # 64 KiB: about 2700 and 900 boundaries at the two sites.
+        # 64 KiB: about 2700 and 900 boundaries at the two kept sites.
         env = dict(os.environ, PYTHONUSDTALLOCINTERVAL="65536")
         proc = subprocess.run(
             [TOOL_PYTHON, PYSTACK, "--probe",
              "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
-             "--python", PYTHON, "--json", "-c", command],
+             *options, "--python", PYTHON, "--json", "-c", command],
             capture_output=True, text=True, env=env, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("lost", proc.stderr)
@@ -193,6 +195,9 @@ class PerSite(unittest.TestCase):
             inner = row["frames"][0]
             if inner["filename"] == SITES:
                 estimate[inner["name"]] += row["count"]
+        return estimate, truth, total
+
+    def check_sites(self, estimate, truth, total):
         self.assertEqual(set(truth), {"big", "small"})
         for site in ("big", "small"):
             # Each above 5 % of all the bytes sampled in the run.
@@ -202,6 +207,20 @@ class PerSite(unittest.TestCase):
                                  "%s: estimate %d, tracemalloc %d (%+.1f %%)"
                                  % (site, estimate[site], truth[site],
                                     100 * error))
+
+    def test_sites_against_tracemalloc(self):
+        # Bytes allocated per stack: churn() allocated too.
+        estimate, truth, total = self.sites()
+        self.check_sites(estimate, truth, total)
+        self.assertGreater(estimate["churn"], total / 20)
+
+    def test_live_sites_against_tracemalloc(self):
+        # Bytes live at the end per stack (--live: the frees of the sampled
+        # pointers taken out): churn() holds nothing.
+        estimate, truth, total = self.sites(
+            "--live", "arg0", "usdt:PYTHON:otel_memory:free", "arg0")
+        self.check_sites(estimate, truth, total)
+        self.assertEqual(estimate["churn"], 0)
 
 
 def allocator_functions(pid):

@@ -84,9 +84,9 @@ TOOLS = [
          "steps?", "tasks.bt", 128),
     Tool("stacks", "Which Python code hits this probe (any bpftrace "
          "probe: a syscall, a USDT marker)? Python stacks with counts"),
-    Tool("alloc", "Which Python code allocates the most memory? Python "
-         "stacks weighted by the bytes allocated (otel_memory:alloc, "
-         "sampled), folded for flamegraph (alloc_space)"),
+    Tool("alloc", "Which Python code allocates the most memory, or with "
+         "--live holds the most? Python stacks weighted by the sampled "
+         "bytes (otel_memory), folded for flamegraph"),
     Tool("profile", "Where does the process spend its CPU time? Sampled "
          "Python stacks, folded, or as a flame graph (--svg)"),
     Tool("flamegraph", "What do these folded stacks look like? An "
@@ -459,9 +459,14 @@ def stacks_command(args):
 
 def alloc_command(args):
     """Stacks of the sampled allocations, each weighted by its weight:
-    the estimated bytes allocated there."""
+    the estimated bytes allocated there (alloc_space), or with --live
+    those not freed when tracing stops (inuse_space; of the memory
+    allocated since the tracer attached)."""
     options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
                "arg2"]
+    if args.live:
+        options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
+                    "arg0"]
     if args.folded:
         options.append("--folded")
     status, text = run_pystack(args, options)
@@ -615,6 +620,9 @@ def main(argv=None):
             sub.add_argument("--folded", action="store_true",
                              help="folded stacks, for flamegraph")
         elif tool.name == "alloc":
+            sub.add_argument("--live", action="store_true",
+                             help="the bytes still allocated when tracing "
+                             "stops (of those allocated since it began)")
             sub.add_argument("--folded", action="store_true",
                              help="folded stacks, for flamegraph")
         elif tool.name == "profile":

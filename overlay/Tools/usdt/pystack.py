@@ -273,9 +273,11 @@ PROGRAM = r"""
  *   PYSTACK S tid event depth 1 length filename   (the same)
  *   PYSTACK D tid event frames more               (more: frames left out)
  *   PYSTACK L tid event depth line                (-1: no line)
- *   PYSTACK Z tid event status weight             (0; 1: not this Python,
+ *   PYSTACK Z tid event status weight key         (0; 1: not this Python,
  *                                                  2: no thread state;
- *                                                  weight: WEIGHT)
+ *                                                  weight: WEIGHT;
+ *                                                  key: KEY)
+ *   PYSTACK R tid event key                       (a release: RELEASE)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
  * and has no UTF-8 copy.
  * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
@@ -290,7 +292,8 @@ FILTER
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
-		printf("PYSTACK Z %d %lu 1 %lu\n", tid, $event, (uint64)(WEIGHT));
+		printf("PYSTACK Z %d %lu 1 %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY));
 		return;
 	}
 
@@ -322,7 +325,8 @@ FILTER
 		$i++;
 	}
 	if ($tstate == 0) {
-		printf("PYSTACK Z %d %lu 2 %lu\n", tid, $event, (uint64)(WEIGHT));
+		printf("PYSTACK Z %d %lu 2 %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY));
 		return;
 	}
 
@@ -466,7 +470,8 @@ FILTER
 		    0x0001020304050607) >> 56;
 		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
 	}
-	printf("PYSTACK Z %d %lu 0 %lu\n", tid, $event, (uint64)(WEIGHT));
+	printf("PYSTACK Z %d %lu 0 %lu %lu\n", tid, $event,
+	       (uint64)(WEIGHT), (uint64)(KEY));
 }
 """
 
@@ -525,6 +530,16 @@ def macros(interp, args):
     return "\n".join(lines)
 
 
+# With --live: the hits of another probe that release a key.
+RELEASE_CLAUSE = r"""
+RELEASE_PROBE
+FILTER
+{
+	printf("PYSTACK R %d %lu %lu\n", tid, nsecs, (uint64)(RELEASE_KEY));
+}
+"""
+
+
 def program(interp, args, probes):
     predicate = []
     if args.pid is not None:
@@ -542,7 +557,21 @@ def program(interp, args, probes):
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     text = text.replace("set to STRLEN", "set to %d" % args.strlen, 1)
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
-    text = text.replace("weight: WEIGHT)", "weight: %s)" % args.weight, 1)
+    text = text.replace("weight: WEIGHT;", "weight: %s;" % args.weight, 1)
+    key = args.live[0] if args.live else "0"
+    text = text.replace("(KEY)", "(%s)" % key)
+    text = text.replace("key: KEY)", "key: %s)" % key, 1)
+    release = "none"
+    if args.live:
+        release = "%s, key %s" % (args.live[1], args.live[2])
+        # The process filter only: --filter is about the probe's hits.
+        which = [p for p in predicate if p.startswith("pid ==")]
+        text += RELEASE_CLAUSE.replace(
+            "RELEASE_PROBE", args.live[1]).replace(
+            "FILTER\n", "/%s/\n" % " && ".join(which)
+            if which else "").replace("RELEASE_KEY", args.live[2])
+    text = text.replace("(a release: RELEASE)", "(a release: %s)" % release,
+                        1)
     return text
 
 
@@ -576,16 +605,30 @@ def decode(length, text, strlen):
     return text
 
 
-def parse(lines, strlen):
+def parse(lines, strlen, live=False):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
     counts as a stack of one pseudo-frame that says why.  A frame's line
     is -1 when its instruction has no line, None when it was not decoded.
+    With *live*, only the hits whose key no release (R record) took since
+    count: the records are replayed in the order of their times, which
+    bpftrace's per-CPU buffers do not keep.
     """
     events = {}
     stacks = collections.Counter()
     notes = collections.Counter()
+    # With live: (time, 0, key, stack, weight) of the hits and
+    # (time, 1, key) of the releases.
+    timeline = []
+
+    def count(stack, weight, fields):
+        if not live:
+            stacks[stack] += weight
+            return
+        key = int(fields[6]) if len(fields) > 6 else 0
+        timeline.append((int(fields[3]), 0, key, stack, weight))
+
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -596,6 +639,9 @@ def parse(lines, strlen):
             continue
         fields = line.rstrip("\n").split(" ", 7)
         kind, key = fields[1], (fields[2], fields[3])
+        if kind == "R":
+            timeline.append((int(fields[3]), 1, int(fields[4])))
+            continue
         event = events.setdefault(key, Event())
         if kind == "S":
             strings = event.files if fields[5] == "1" else event.names
@@ -612,10 +658,10 @@ def parse(lines, strlen):
             weight = int(fields[5]) if len(fields) > 5 else 1
             if status != 0 or event.depth is None:
                 reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                stacks[(Frame(reason, "", None),)] += weight
+                count((Frame(reason, "", None),), weight, fields)
                 continue
             if event.depth == 0:
-                stacks[(Frame(NO_FRAMES, "", None),)] += weight
+                count((Frame(NO_FRAMES, "", None),), weight, fields)
                 continue
             frames = []
             for depth in range(event.depth):
@@ -628,9 +674,18 @@ def parse(lines, strlen):
             if event.more:
                 frames.append(Frame(TRUNCATED, "", None))
                 notes["stacks cut at --max-depth frames"] += 1
-            stacks[tuple(frames)] += weight
+            count(tuple(frames), weight, fields)
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
+    if live:
+        held = {}
+        for item in sorted(timeline, key=lambda item: item[:2]):
+            if item[1] == 0:
+                held[item[2]] = item[3:]
+            else:
+                held.pop(item[2], None)
+        for stack, weight in held.values():
+            stacks[stack] += weight
     return stacks, notes
 
 
@@ -677,7 +732,7 @@ def print_json(stacks, out):
 
 
 def report(lines, args, out):
-    stacks, notes = parse(lines, args.strlen)
+    stacks, notes = parse(lines, args.strlen, live=bool(args.live))
     if args.folded:
         print_folded(stacks, out)
     elif args.json:
@@ -831,6 +886,14 @@ def main(argv=None):
                              "bpftrace expression of the probe, e.g. arg2 "
                              "(the weight of otel_memory:alloc, bytes); "
                              "default 1")
+    parser.add_argument("--live", nargs=3,
+                        metavar=("KEY", "RELEASE", "RELEASE_KEY"),
+                        help="count only the hits still held at the end: "
+                             "a hit holds KEY (a bpftrace expression of the "
+                             "probe) until RELEASE (a probe) hits with "
+                             "RELEASE_KEY equal to it; e.g. arg0 "
+                             "usdt:PYTHON:otel_memory:free arg0 with "
+                             "--weight arg2 gives the bytes live per stack")
     parser.add_argument("--filter", metavar="PREDICATE",
                         help="a bpftrace predicate the hit must satisfy, "
                         "e.g. 'args->fd == 1'")
@@ -883,6 +946,8 @@ def main(argv=None):
         python = resolve_python(args)
         interp = Interpreter(python)
         probes = [expand_probe(p, interp.path) for p in args.probe]
+        if args.live:
+            args.live[1] = expand_probe(args.live[1], interp.path)
         text = program(interp, args, probes)
         if args.print_program:
             sys.stdout.write(text)
