@@ -31,8 +31,8 @@
  *
  * The set of sampled pointers is bounded (SET_CAPACITY); a sampled
  * allocation that does not fit is not reported, and counted in
- * _PyDTrace_AllocDropped, which a tracer can read
- * (uaddr("_PyDTrace_AllocDropped")).  An allocation never waits for the set
+ * _PyDTrace_AllocDropped, which a tracer reads from the process's memory
+ * (gdb: p _PyDTrace_AllocDropped).  An allocation never waits for the set
  * longer than another thread's insert or removal.
  *
  * Raw-domain functions may run without the GIL while the wrapper goes on or
