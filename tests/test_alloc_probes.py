@@ -132,6 +132,14 @@ class AllocProbes(unittest.TestCase):
         live = maps["phase_weight"] - maps.get("phase_freed", 0)
         self.check_estimate(live, truth["live"], 0.10)
 
+    def test_threads(self):
+        # Four threads allocating and freeing at once: one countdown each,
+        # one shared set.
+        maps, truth = run_workload("threads", interval=16384)
+        self.check_pointer_rule(maps)
+        live = maps["phase_weight"] - maps.get("phase_freed", 0)
+        self.check_estimate(live, truth["live"], 0.10)
+
     def test_realloc(self):
         # Buffers grown by realloc: each realloc is a free of the old
         # pointer (if sampled) and an allocation of the new size.

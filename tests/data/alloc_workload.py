@@ -12,6 +12,8 @@ the workload prints its exact ground truth as "TRUTH NAME BYTES" lines:
   realloc: bytearrays grown by += (realloc) and shrunk; TRUTH live.
   restart: as live, with tracemalloc stopped and started again in the
            middle of the phase (the probes' wrapper stays on top).
+  threads: 4 threads at once, each keeps 2000 bytearrays of 16 KiB and
+           drops every other one; TRUTH live.
 
 It leaves with os._exit(0), so that finalization frees nothing after the
 phase.
@@ -19,6 +21,7 @@ phase.
 
 import os
 import sys
+import threading
 import tracemalloc
 
 MODE = os.environ["ALLOC_MODE"]
@@ -78,6 +81,28 @@ def grown(count):
     return keep
 
 
+def threaded(count, size, nthreads=4):
+    keep = [None] * nthreads
+
+    def work(index):
+        mine = [bytearray(size) for _ in range(count)]
+        for i in range(0, count, 2):
+            mine[i] = None
+        keep[index] = mine
+
+    threads = [threading.Thread(target=work, args=(index,))
+               for index in range(nthreads)]
+    before = traced()[0]
+    sys.audit("usdt.alloc.begin")
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sys.audit("usdt.alloc.end")
+    print("TRUTH live", traced()[0] - before)
+    return keep
+
+
 tracemalloc.start()
 if MODE == "large":
     dropped(4000, 1 << 20)
@@ -87,6 +112,8 @@ elif MODE == "live":
     kept(8000, 16384)
 elif MODE == "restart":
     kept(8000, 16384, restart=True)
+elif MODE == "threads":
+    threaded(2000, 16384)
 elif MODE == "realloc":
     grown(4000)
 else:
