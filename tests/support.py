@@ -86,14 +86,26 @@ def perf_map_entries(pid):
         return []
 
 
-def promised_probes(firing=False):
-    """The probe names of tests/probes.txt, sorted; with *firing*, without
-    the markers that never fire."""
+def promised_probe_pairs(firing=False):
+    """[(provider, name)] of tests/probes.txt, sorted; with *firing*,
+    without the markers that never fire."""
     with open(os.path.join(TOP, "tests", "probes.txt")) as f:
         entries = [line.split() for line in f
                    if line.strip() and not line.startswith("#")]
-    return sorted(e[0] for e in entries
-                  if not (firing and e[1:] == ["marker"]))
+    pairs = []
+    for entry in entries:
+        if firing and entry[1:] == ["marker"]:
+            continue
+        provider, _, name = entry[0].rpartition(":")
+        pairs.append((provider or "python", name))
+    return sorted(pairs)
+
+
+def promised_probes(firing=False, provider="python"):
+    """The names of the probes of *provider* in tests/probes.txt, sorted;
+    with *firing*, without the markers that never fire."""
+    return [name for p, name in promised_probe_pairs(firing)
+            if p == provider]
 
 
 def stapsdt_notes(binary):
@@ -112,7 +124,8 @@ def stapsdt_notes(binary):
 
 
 class Semaphore:
-    """The semaphore of probe python:NAME of PYTHON in process pid.
+    """The semaphore of probe PROVIDER:NAME of PYTHON in process pid
+    (provider python unless given).
 
     The kernel increments the semaphore in the traced process when it puts
     a tracer's uprobe on the probe, and decrements it when the uprobe goes:
@@ -120,15 +133,16 @@ class Semaphore:
     another process's memory needs root, like bpftrace.
     """
 
-    def __init__(self, pid, name):
+    def __init__(self, pid, name, provider="python"):
         self.pid = pid
         self.name = name
-        # a marker with several sites (audit) has one semaphore
-        found = sorted({sem for provider, probe, sem in stapsdt_notes(PYTHON)
-                        if provider == "python" and probe == name})
+        found = [sem for p, probe, sem in stapsdt_notes(PYTHON)
+                 if p == provider and probe == name]
+        # The semaphore is one per probe, whatever the number of its sites.
+        found = sorted(set(found))
         if len(found) != 1 or not found[0]:
-            raise ValueError("no semaphore for python:%s in %s: %r"
-                             % (name, PYTHON, found))
+            raise ValueError("no semaphore for %s:%s in %s: %r"
+                             % (provider, name, PYTHON, found))
         self.address = self._load_bias() + found[0]
 
     def _load_bias(self):

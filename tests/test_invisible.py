@@ -18,7 +18,8 @@ import tempfile
 import unittest
 
 from support import (Bpftrace, PYTHON, free_threaded, perf_map_entries,
-                     perf_map_path, promised_probes, require_bpftrace, run,
+                     perf_map_path, promised_probe_pairs, require_bpftrace,
+                     run,
                      start)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,15 +30,22 @@ def arm_all(extra="", markers=False):
     """A bpftrace program arming every probe (each one counts its hits);
     with *markers*, the markers that never fire too (stacks__enable, whose
     perf map only test_stack_trampoline cleans up)."""
-    names = promised_probes(firing=not markers)
-    return " ".join("usdt:%s:python:%s { @hits[probe] = count(); }"
-                    % (PYTHON, name) for name in names) + " " + extra
+    pairs = promised_probe_pairs(firing=not markers)
+    return " ".join("usdt:%s:%s:%s { @hits[probe] = count(); }"
+                    % (PYTHON, provider, name)
+                    for provider, name in pairs) + " " + extra
 
 
 def hit_counts(stdout):
-    """{probe name: hits} from the @hits map that arm_all() prints."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r"^@hits\[usdt:.*:python:(\w+)\]: (\d+)$", stdout, re.M)}
+    """{probe name: hits} from the @hits map that arm_all() prints: NAME for
+    python's probes, PROVIDER:NAME for the others'."""
+    hits = {}
+    for m in re.finditer(r"^@hits\[usdt:.*:(\w+):(\w+)\]: (\d+)$",
+                         stdout, re.M):
+        name = m.group(2) if m.group(1) == "python" else "%s:%s" % m.group(
+            1, 2)
+        hits[name] = int(m.group(3))
+    return hits
 
 
 def program_output(stdout):
@@ -95,6 +103,22 @@ class ArmedEqualsUnarmed(unittest.TestCase):
         for name in ("function__entry", "line", "import__find__load__start"):
             self.assertGreater(hits.get(name, 0), 0, (name, hits))
         return hits
+
+    def test_allocators(self):
+        # tracemalloc started and stopped twice (each round traces the 100
+        # bytes objects and their list), a C extension's allocator hooks
+        # and the allocator's name, under the otel_memory wrapper.
+        name = "name mimalloc" if free_threaded() else "name pymalloc"
+        hits = self.check("allocators", [
+            name,
+            "round 0 traced True count 101 sized True",
+            "round 1 traced True count 101 sized True",
+            "traced after stop False",
+            "nomemory raised True",
+            name,
+        ])
+        if not free_threaded():
+            self.assertFired(hits, "otel_memory:alloc", "otel_memory:free")
 
     def test_instance_probes_call_no_eq(self):
         # A str-subclass "__module__" key whose __eq__ raises and creates

@@ -124,10 +124,11 @@ class ToolsTestCase(unittest.TestCase):
 class FrontDoorTest(ToolsTestCase):
     """What needs no tracer."""
 
-    # The questions of issue 26, each answered by a tool.
+    # The questions of issue 26, each answered by a tool, and issue 29's
+    # "which Python code allocates the most".
     REQUIRED = ["calls", "latency", "lines", "exceptions", "ccalls", "gc",
                 "imports", "gil", "threads", "tasks", "stacks", "profile",
-                "flamegraph"]
+                "flamegraph", "alloc"]
 
     def test_help_lists_every_tool_with_its_question(self):
         proc = self.tools("--help")

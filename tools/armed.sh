@@ -4,7 +4,7 @@
 # shellcheck shell=bash
 #
 # The bpftrace program has one clause per probe of tests/probes.txt, each
-# counting its hits, attached by path (usdt:/abs/path/python:python:NAME,
+# counting its hits, attached by path (usdt:/abs/path/python:PROVIDER:NAME,
 # no -p and no -c): every process that runs that file, present or future,
 # is armed, including regrtest's workers and the interpreters the tests
 # start.  bpftrace runs in a session of its own (setsid), so that tests
@@ -56,14 +56,15 @@ arm_cleanup() {
     ARM_PID=
 }
 
+# PROVIDER:NAME of each probe (tests/probes.txt's NAME is python's).
 arm_probes() {
-    awk '!/^#/ && NF { print $1 }' "$TOP/tests/probes.txt"
+    awk '!/^#/ && NF { print ($1 ~ /:/ ? $1 : "python:" $1) }' "$TOP/tests/probes.txt"
 }
 
 # The probes that fire: not the markers, which are armed for their
 # semaphores only.
 arm_firing_probes() {
-    awk '!/^#/ && NF && $2 != "marker" { print $1 }' "$TOP/tests/probes.txt"
+    awk '!/^#/ && NF && $2 != "marker" { print ($1 ~ /:/ ? $1 : "python:" $1) }' "$TOP/tests/probes.txt"
 }
 
 # The perf maps that processes of $ARM_PYTHON wrote since arm_start and
@@ -139,7 +140,7 @@ arm_start() {
     {
         printf 'BEGIN { printf("cpython-usdt: BEGIN\\n"); }\n'
         while read -r probe; do
-            printf 'usdt:%s:python:%s { @hits["%s"] = count(); }\n' \
+            printf 'usdt:%s:%s { @hits["%s"] = count(); }\n' \
                 "$python" "$probe" "$probe"
         done < <(arm_probes)
         # Readiness: this line appears once a process started after bpftrace

@@ -274,7 +274,7 @@ EOF
         [ -f "$lib" ] || die "no $lib after make install-shared"
         [ "$(libpython_of "$binary")" = "$lib" ] ||
             die "$binary loads '$(libpython_of "$binary")', not $lib"
-        expected=$(sed -n 's/^\([a-z_][a-z_]*\).*/\1/p' "$TOP/tests/probes.txt" | sort -u)
+        expected=$(sed -n 's/^\([a-z_]*:\)\{0,1\}\([a-z_][a-z_]*\).*/\2/p' "$TOP/tests/probes.txt" | sort -u)
         [ "$(probes_of "$lib")" = "$expected" ] ||
             die "the probes in $lib differ from tests/probes.txt: $(diff <(probes_of "$lib") <(printf '%s\n' "$expected"))"
         [ -z "$(probes_of "$binary")" ] ||

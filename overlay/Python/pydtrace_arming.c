@@ -21,6 +21,10 @@
  * applies it from the pending call only, never from _PyDTrace_Init(),
  * which runs before -X perf sets up the program's own trampoline.
  *
+ * It also puts the allocator wrapper of the otel_memory probes on and takes
+ * it off (Python/pydtrace_alloc.c), from the main interpreter's pending
+ * call, and from _PyDTrace_Init() when they are armed at start-up.
+ *
  * The watcher is disabled with -X dtrace_watch=0 or PYTHONDTRACEWATCH=0;
  * probes armed later are then only noticed at the next sys.setprofile() or
  * sys.settrace() call.  The marker python:stacks__enable does something
@@ -41,7 +45,9 @@
 #include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
 #include "pycore_pystate.h"       // _PyThreadState_GET(), _PyEval_StopTheWorld()
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>               // strtoull()
 #include <string.h>
 #include <time.h>
 #include <wchar.h>
@@ -53,6 +59,7 @@
 #define ARMED_CFUNCTION 0x4
 #define ARMED_EXCEPTION 0x8
 #define ARMED_STACKS 0x10
+#define ARMED_ALLOC 0x20
 
 /* Event sets installed by Python/legacy_tracing.c when some thread has a
  * profile/trace function (kept in sync with _PyEval_SetProfile() and
@@ -107,6 +114,9 @@ probes_armed(void)
     }
     if (_PyDTrace_StacksArmed()) {
         armed |= ARMED_STACKS;
+    }
+    if (_PyDTrace_AllocArmed()) {
+        armed |= ARMED_ALLOC;
     }
     return armed;
 }
@@ -286,6 +296,7 @@ dtrace_reconfigure(void *Py_UNUSED(arg))
     if (configure) {
         dtrace_configure(tstate->interp, armed);
         _PyDTrace_StacksApply(tstate, armed & ARMED_STACKS);
+        _PyDTrace_AllocApply(tstate, armed & ARMED_ALLOC);
     }
     return 0;
 }
@@ -415,6 +426,52 @@ static const struct bool_setting stacks_setting = {
     "-X dtrace_stacks: expected 0 or 1", "PYTHONDTRACESTACKS: expected 0 or 1",
 };
 
+/* -X usdt_alloc_interval=BYTES or PYTHONUSDTALLOCINTERVAL=BYTES: the mean
+ * number of bytes between two samples of otel_memory:alloc.  Returns 0, or
+ * -1 with *bad* set to the error. */
+static int
+read_alloc_interval(const PyConfig *config, const char **bad)
+{
+    static const wchar_t opt[] = L"usdt_alloc_interval=";
+    const size_t optlen = wcslen(opt);
+    const char *env = "PYTHONUSDTALLOCINTERVAL";
+    for (Py_ssize_t i = config->xoptions.length - 1; i >= 0; i--) {
+        const wchar_t *x = config->xoptions.items[i];
+        if (wcsncmp(x, opt, optlen) == 0
+            || wcscmp(x, L"usdt_alloc_interval") == 0)
+        {
+            wchar_t *end = NULL;
+            const wchar_t *value = x + (wcslen(x) > optlen ? optlen
+                                                           : wcslen(x));
+            errno = 0;
+            unsigned long long n = wcstoull(value, &end, 10);
+            if (*value < L'0' || *value > L'9' || *end != L'\0'
+                || errno != 0 || _PyDTrace_AllocSetInterval(n) < 0)
+            {
+                *bad = "-X usdt_alloc_interval: expected a number of bytes "
+                       "greater than 0";
+                return -1;
+            }
+            return 0;
+        }
+    }
+    const char *value = _Py_GetEnv(config->use_environment, env);
+    if (value == NULL || *value == '\0') {
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (*value < '0' || *value > '9' || *end != '\0' || errno != 0
+        || _PyDTrace_AllocSetInterval(n) < 0)
+    {
+        *bad = "PYTHONUSDTALLOCINTERVAL: expected a number of bytes greater "
+               "than 0";
+        return -1;
+    }
+    return 0;
+}
+
 /* Returns 1 or 0, or -1 with *bad* set to the error. */
 static int
 read_setting(const PyConfig *config, const struct bool_setting *setting,
@@ -469,6 +526,9 @@ _PyDTrace_Init(PyThreadState *tstate)
             return _PyStatus_ERR(bad);
         }
         _PyDTrace_StacksAllow(stacks);
+        if (read_alloc_interval(config, &bad) < 0) {
+            return _PyStatus_ERR(bad);
+        }
         static int atfork_registered;   /* once per process */
         if (!atfork_registered) {
             if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {
@@ -500,9 +560,11 @@ _PyDTrace_Init(PyThreadState *tstate)
 
     /* Probes armed before this interpreter runs its first frame (bpftrace
      * -c, or an attach before a subinterpreter is created). */
-    if (w->applied) {
+    if (w->applied & ~ARMED_ALLOC) {
         dtrace_configure(interp, w->applied);
     }
+    /* Allocations from the first frame on. */
+    _PyDTrace_AllocApply(tstate, w->applied & ARMED_ALLOC);
     if (is_main) {
         watcher_start();
     }

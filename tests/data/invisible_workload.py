@@ -632,6 +632,43 @@ def case_trampoline_effects():
     print(*said, sep="\n")
 
 
+def case_allocators():
+    # The otel_memory probes put a wrapper on the PyMem allocators while
+    # armed: PyMem_GetAllocator()/SetAllocator() users (tracemalloc, a C
+    # extension's hooks, the allocator's name) must see what they would
+    # without it.
+    import _testcapi
+    import _testinternalcapi
+    import tracemalloc
+    print("name", _testinternalcapi.pymem_getallocatorsname())
+    big = bytearray(16 << 20)       # sampled: the probes fire
+    for round in range(2):
+        tracemalloc.start()
+        data = [bytes(1000 + i) for i in range(100)]
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, __file__)])
+        stats = snapshot.statistics("lineno")
+        print("round", round, "traced", tracemalloc.is_tracing(),
+              "count", stats[0].count,
+              "sized", stats[0].size >= sum(len(d) for d in data))
+        tracemalloc.stop()
+        del data
+    print("traced after stop", tracemalloc.is_tracing())
+    # A C extension's own allocator: _testcapi's failing hooks.
+    _testcapi.set_nomemory(0)
+    try:
+        bytearray(1 << 20)
+    except MemoryError:
+        failed = True
+    else:
+        failed = False
+    finally:
+        _testcapi.remove_mem_hooks()
+    print("nomemory raised", failed)
+    print("name", _testinternalcapi.pymem_getallocatorsname())
+    del big
+
+
 if __name__ == "__main__":
     import os
     case = sys.argv[1] if len(sys.argv) > 1 else os.environ["INVISIBLE_CASE"]

@@ -12,6 +12,9 @@
  *   Python/pydtrace_exceptions.c  exception__raise/reraise/handled
  *   Python/pydtrace_threads.c     gil__*, thread__start/stop
  *   Python/pydtrace_asyncio.c     task__step__start/done
+ *   Python/pydtrace_stacks.c      stacks__enable (perf-map trampoline)
+ *   Python/pydtrace_alloc.c       otel_memory:alloc/free (a wrapper of
+ *                                 the PyMem allocators while armed)
  *
  * Rules for every helper (and for any probe added in the future):
  *   - arguments are computed only once the probe's semaphore is set;
@@ -410,7 +413,26 @@ extern int _PyDTrace_StacksActivate(PyThreadState *tstate,
 extern int _PyDTrace_StacksDeactivate(PyThreadState *tstate);
 extern int _PyDTrace_StacksHidden(PyThreadState *tstate);
 
+/* otel_memory:alloc/free (Python/pydtrace_alloc.c).  The watcher reads
+ * the semaphores with _PyDTrace_AllocArmed() and puts the allocator wrapper
+ * on or takes it off with _PyDTrace_AllocApply() (main interpreter, GIL
+ * held).  Objects/obmalloc.c reads and writes the allocator of a domain
+ * through _PyDTrace_AllocBelow(domain, &current): the one under the
+ * wrapper while it is installed, so that PyMem_GetAllocator() and
+ * PyMem_SetAllocator() never see it.  The interval (bytes, > 0) is set once
+ * by _PyDTrace_Init() before any wrapper exists. */
+extern int _PyDTrace_AllocArmed(void);
+extern void _PyDTrace_AllocApply(PyThreadState *tstate, int armed);
+extern PyMemAllocatorEx *_PyDTrace_AllocBelow(PyMemAllocatorDomain domain,
+                                              PyMemAllocatorEx *cur);
+extern int _PyDTrace_AllocSetInterval(uint64_t interval);
+/* Sampled allocations not reported because the set of sampled pointers was
+ * full (tracers read it by its symbol). */
+extern uint64_t _PyDTrace_AllocDropped;
+
 #else  /* !WITH_DTRACE */
+
+#define _PyDTrace_AllocBelow(domain, cur) (cur)
 
 static inline PyStatus
 _PyDTrace_Init(PyThreadState *tstate)

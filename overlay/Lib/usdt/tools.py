@@ -87,6 +87,9 @@ TOOLS = [
          "steps?", "tasks.bt", 128),
     Tool("stacks", "Which Python code hits this probe (any bpftrace "
          "probe: a syscall, a USDT marker)? Python stacks with counts"),
+    Tool("alloc", "Which Python code allocates the most memory, or with "
+         "--live holds the most? Python stacks weighted by the sampled "
+         "bytes (otel_memory), folded for flamegraph"),
     Tool("profile", "Where does the process spend its CPU time? Sampled "
          "Python stacks, folded, or as a flame graph (--svg)"),
     Tool("flamegraph", "What do these folded stacks look like? An "
@@ -559,6 +562,25 @@ def stacks_command(args):
     return status
 
 
+def alloc_command(args):
+    """Stacks of the sampled allocations, each weighted by its weight:
+    the estimated bytes allocated there (alloc_space), or with --live
+    those not freed when tracing stops (inuse_space; of the memory
+    allocated since the tracer attached)."""
+    options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
+               "arg2"]
+    if args.live:
+        options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
+                    "arg0"]
+    if args.folded:
+        options.append("--folded")
+    status, text = run_pystack(args, options)
+    if args.filter:
+        text = filter_stacks(text, args.filter)
+    write(args, text)
+    return status
+
+
 def fold_ustacks(text):
     """(folded stacks, "root;...;leaf count" lines, of bpftrace's printed
     @[ustack] counts, as the awk program of pyprofile.bt's header folds
@@ -742,6 +764,12 @@ def main(argv=None):
             sub.add_argument("--max-native", type=int, metavar="N",
                              help="native frames kept per stack with "
                              "--native (default 127)")
+        elif tool.name == "alloc":
+            sub.add_argument("--live", action="store_true",
+                             help="the bytes still allocated when tracing "
+                             "stops (of those allocated since it began)")
+            sub.add_argument("--folded", action="store_true",
+                             help="folded stacks, for flamegraph")
         elif tool.name == "profile":
             sub.add_argument("--hz", type=int, default=49,
                              help="samples per second and CPU (default "
@@ -766,6 +794,8 @@ def main(argv=None):
             check_pid(args.pid, args.binary)
         if tool.name == "stacks":
             return stacks_command(args)
+        if tool.name == "alloc":
+            return alloc_command(args)
         if tool.name == "profile":
             return profile_command(args)
         extra = []

@@ -303,8 +303,11 @@ PROGRAM = r"""
  *                                                  user registers were
  *                                                  not found)
  *   PYSTACK L tid event depth line                (-1: no line)
- *   PYSTACK Z tid event status                    (0; 1: not this Python,
- *                                                  2: no thread state)
+ *   PYSTACK Z tid event status weight key         (0; 1: not this Python,
+ *                                                  2: no thread state;
+ *                                                  weight: WEIGHT;
+ *                                                  key: KEY)
+ *   PYSTACK R tid event key                       (a release: RELEASE)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
  * and has no UTF-8 copy.  Entry 1: the frame before this one is an
  * entry frame, owned by the C stack, which an activation of the
@@ -324,7 +327,8 @@ NATIVE
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
-		printf("PYSTACK Z %d %lu 1\n", tid, $event);
+		printf("PYSTACK Z %d %lu 1 %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY));
 		return;
 	}
 
@@ -356,7 +360,8 @@ NATIVE
 		$i++;
 	}
 	if ($tstate == 0) {
-		printf("PYSTACK Z %d %lu 2\n", tid, $event);
+		printf("PYSTACK Z %d %lu 2 %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY));
 		return;
 	}
 
@@ -502,7 +507,8 @@ NATIVE
 		    0x0001020304050607) >> 56;
 		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
 	}
-	printf("PYSTACK Z %d %lu 0\n", tid, $event);
+	printf("PYSTACK Z %d %lu 0 %lu %lu\n", tid, $event,
+	       (uint64)(WEIGHT), (uint64)(KEY));
 }
 """
 
@@ -620,6 +626,16 @@ NATIVE_WALK = r"""
 """
 
 
+# With --live: the hits of another probe that release a key.
+RELEASE_CLAUSE = r"""
+RELEASE_PROBE
+FILTER
+{
+	printf("PYSTACK R %d %lu %lu\n", tid, nsecs, (uint64)(RELEASE_KEY));
+}
+"""
+
+
 def program(interp, args, probes):
     predicate = []
     if args.pid is not None:
@@ -640,6 +656,22 @@ def program(interp, args, probes):
     if getattr(args, "native", False):
         native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
+    text = text.replace("(WEIGHT)", "(%s)" % args.weight)
+    text = text.replace("weight: WEIGHT;", "weight: %s;" % args.weight, 1)
+    key = args.live[0] if args.live else "0"
+    text = text.replace("(KEY)", "(%s)" % key)
+    text = text.replace("key: KEY)", "key: %s)" % key, 1)
+    release = "none"
+    if args.live:
+        release = "%s, key %s" % (args.live[1], args.live[2])
+        # The process filter only: --filter is about the probe's hits.
+        which = [p for p in predicate if p.startswith("pid ==")]
+        text += RELEASE_CLAUSE.replace(
+            "RELEASE_PROBE", args.live[1]).replace(
+            "FILTER\n", "/%s/\n" % " && ".join(which)
+            if which else "").replace("RELEASE_KEY", args.live[2])
+    text = text.replace("(a release: RELEASE)", "(a release: %s)" % release,
+                        1)
     return text
 
 
@@ -681,7 +713,8 @@ def decode(length, text, strlen):
     return text
 
 
-def parse(lines, strlen, symbolizer=None, max_native=None):
+def parse(lines, strlen, symbolizer=None, max_native=None,
+          live=False):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
@@ -689,10 +722,25 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
     is -1 when its instruction has no line, None when it was not decoded.
     The records of --native add the native stack, which merge() puts
     together with the Python frames.
+
+    With *live*, only the hits whose key no release (R record) took since
+    count: the records are replayed in the order of their times, which
+    bpftrace's per-CPU buffers do not keep.
     """
     events = {}
     stacks = collections.Counter()
     notes = collections.Counter()
+    # With live: (time, 0, key, stack, weight) of the hits and
+    # (time, 1, key) of the releases.
+    timeline = []
+
+    def count(stack, weight, fields):
+        if not live:
+            stacks[stack] += weight
+            return
+        key = int(fields[6]) if len(fields) > 6 else 0
+        timeline.append((int(fields[3]), 0, key, stack, weight))
+
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -703,6 +751,9 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
+        if kind == "R":
+            timeline.append((int(fields[3]), 1, int(fields[4])))
+            continue
         event = events.setdefault(key, Event())
         if kind == "S":
             strings = event.files if fields[5] == "1" else event.names
@@ -728,6 +779,8 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
         elif kind == "Z":
             del events[key]
             status = int(fields[4])
+            # Records of a program without a weight count 1.
+            weight = int(fields[5]) if len(fields) > 5 else 1
             if status != 0 or event.depth is None:
                 reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
                 frames = [Frame(reason, "", None)]
@@ -739,9 +792,18 @@ def parse(lines, strlen, symbolizer=None, max_native=None):
                                              max_native),
                                segments, event.more, notes) + (
                     frames if not segments else [])
-            stacks[tuple(frames)] += 1
+            count(tuple(frames), weight, fields)
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
+    if live:
+        held = {}
+        for item in sorted(timeline, key=lambda item: item[:2]):
+            if item[1] == 0:
+                held[item[2]] = item[3:]
+            else:
+                held.pop(item[2], None)
+        for stack, weight in held.values():
+            stacks[stack] += weight
     return stacks, notes
 
 
@@ -1089,7 +1151,8 @@ def print_json(stacks, out):
 
 def report(lines, args, out, symbolizer=None):
     stacks, notes = parse(lines, args.strlen, symbolizer,
-                          getattr(args, "max_native", None))
+                          getattr(args, "max_native", None),
+                          live=bool(getattr(args, "live", None)))
     native = getattr(args, "native", False) or any(
         isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:
@@ -1278,6 +1341,19 @@ def main(argv=None):
     parser.add_argument("--python", metavar="PATH",
                         help="the interpreter binary (default: /proc/PID/"
                         "exe, or CMD's first word)")
+    parser.add_argument("--weight", metavar="EXPR", default="1",
+                        help="what a hit adds to its stack's count: a "
+                             "bpftrace expression of the probe, e.g. arg2 "
+                             "(the weight of otel_memory:alloc, bytes); "
+                             "default 1")
+    parser.add_argument("--live", nargs=3,
+                        metavar=("KEY", "RELEASE", "RELEASE_KEY"),
+                        help="count only the hits still held at the end: "
+                             "a hit holds KEY (a bpftrace expression of the "
+                             "probe) until RELEASE (a probe) hits with "
+                             "RELEASE_KEY equal to it; e.g. arg0 "
+                             "usdt:PYTHON:otel_memory:free arg0 with "
+                             "--weight arg2 gives the bytes live per stack")
     parser.add_argument("--filter", metavar="PREDICATE",
                         help="a bpftrace predicate the hit must satisfy, "
                         "e.g. 'args->fd == 1'")
@@ -1343,6 +1419,8 @@ def main(argv=None):
         python = resolve_python(args)
         interp = Interpreter(python)
         probes = [expand_probe(p, interp.path) for p in args.probe]
+        if args.live:
+            args.live[1] = expand_probe(args.live[1], interp.path)
         text = program(interp, args, probes)
         if args.print_program:
             sys.stdout.write(text)

@@ -1,0 +1,170 @@
+"""Slowdown of the bench workloads while otel_memory:alloc/free are armed.
+
+Two measures, each unarmed against armed, ROUNDS times in alternation:
+
+  instructions (default)  valgrind --tool=cachegrind, at BENCH_SCALE 0.1:
+                          the probes' semaphores are set before the
+                          interpreter starts by bench/alloc/arm_preload.c
+                          (LD_PRELOAD, in both runs; only the armed run gets
+                          the semaphore list), so the interpreter wraps its
+                          allocators and samples, and the probes fire into
+                          their nops: the interpreter's own cost, without
+                          the traps (uprobes do not work under valgrind);
+  --wall                  bpftrace -c with a program that counts both
+                          probes, against a plain run: the workload's timed
+                          region (BENCH_TIMING), traps included.  On a
+                          shared machine its noise can exceed the effect:
+                          the range of the ratios is printed with the
+                          median.
+
+usage: python3 bench/alloc_armed.py [--python PATH] [--rounds N] [--wall]
+       [--scale S] [--interval BYTES] [WORKLOAD ...]
+One line per workload: the median armed/unarmed ratio minus one, the
+min-max range of the rounds, and (--wall) the probes' hits per armed run.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+WORKLOADS = os.path.join(HERE, "workloads")
+DEFAULT_PYTHON = os.path.join(TOP, "build", "3.13", "obj", "python")
+# Allocation-heavy first: the issue's target is about them.
+DEFAULT_WORKLOADS = ["containers", "strings", "json_roundtrip", "deltablue",
+                     "richards", "generators", "closures", "nbody"]
+
+PROGRAM = ("usdt:%(p)s:otel_memory:alloc { @allocs = count(); } "
+           "usdt:%(p)s:otel_memory:free { @frees = count(); } "
+           "BEGIN { printf(\"attached\\n\"); }")
+
+
+def semaphores(python):
+    """The link-time addresses of the otel_memory semaphores, "0x..,0x..".
+    """
+    notes = subprocess.run(["readelf", "-n", python], capture_output=True,
+                           text=True, check=True).stdout
+    found = set()
+    for note in notes.split("NT_STAPSDT")[1:]:
+        if "Provider: otel_memory" in note:
+            found.add(re.search(r"Semaphore: (0x[0-9a-f]+)", note).group(1))
+    if len(found) != 2:
+        raise SystemExit("otel_memory semaphores of %s: %r" % (python, found))
+    return ",".join(sorted(found))
+
+
+def build_preload(tmp):
+    lib = os.path.join(tmp, "arm_preload.so")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", lib,
+                    os.path.join(HERE, "alloc", "arm_preload.c")],
+                   check=True)
+    return lib
+
+
+def one_count(python, workload, sems, preload, scale, interval, tmp):
+    """Instructions of one cachegrind run; armed when *sems* is given."""
+    env = dict(os.environ, BENCH_SCALE=str(scale), PYTHONHASHSEED="0",
+               LD_PRELOAD=preload, USDT_ARM_SEMAPHORES=sems,
+               USDT_ARM_EXE=os.path.realpath(python))
+    env.pop("PYTHONUSDTALLOCINTERVAL", None)
+    if interval:
+        env["PYTHONUSDTALLOCINTERVAL"] = str(interval)
+    cmd = ["setarch", "-R", "valgrind", "--tool=cachegrind",
+           "--cache-sim=no", "--cachegrind-out-file=/dev/null", python,
+           os.path.join(WORKLOADS, workload + ".py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                          cwd=tmp, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit("%s failed (exit %d): %s %s" % (" ".join(cmd), proc.returncode, proc.stderr, proc.stdout))
+    return int(re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+               .group(1).replace(",", ""))
+
+
+def one_run(python, workload, armed, scale, interval, tmp):
+    env = dict(os.environ, BENCH_TIMING="1", BENCH_SCALE=str(scale),
+               PYTHONHASHSEED="0")
+    env.pop("PYTHONUSDTALLOCINTERVAL", None)
+    if interval:
+        env["PYTHONUSDTALLOCINTERVAL"] = str(interval)
+    cmd = [python, os.path.join(WORKLOADS, workload + ".py")]
+    if armed:
+        for part in cmd:
+            if " " in part:
+                raise SystemExit("bpftrace -c splits on spaces: %r" % part)
+        cmd = ["bpftrace", "-q", "-e", PROGRAM % {"p": python},
+               "-c", " ".join(cmd)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                          cwd=tmp, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit("%s failed (exit %d): %s %s" % (" ".join(cmd), proc.returncode, proc.stderr, proc.stdout))
+    elapsed = int(re.search(r"elapsed_ns=(\d+)", proc.stderr).group(1))
+    hits = {name: int(n) for name, n in
+            re.findall(r"^@(\w+): (\d+)$", proc.stdout, re.M)}
+    if armed and "attached" not in proc.stdout:
+        raise SystemExit("bpftrace did not attach: %s" % proc.stderr)
+    return elapsed, hits
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--python", default=DEFAULT_PYTHON)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--scale", type=float, default=None,
+                        help="BENCH_SCALE (default 0.1, --wall 1.0)")
+    parser.add_argument("--wall", action="store_true")
+    parser.add_argument("--interval", type=int, default=0,
+                        help="PYTHONUSDTALLOCINTERVAL (default: built-in)")
+    parser.add_argument("workloads", nargs="*", default=DEFAULT_WORKLOADS)
+    args = parser.parse_args()
+    python = os.path.abspath(args.python)
+    if args.scale is None:
+        args.scale = 1.0 if args.wall else 0.1
+    print("# %s, %d rounds, scale %s, interval %s"
+          % (python, args.rounds, args.scale,
+             args.interval or "default (524288)"))
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.wall:
+            print("# workload: instructions armed/unarmed - 1, median "
+                  "[min, max] of the rounds; instructions unarmed")
+            sems = semaphores(python)
+            preload = build_preload(tmp)
+            for workload in args.workloads:
+                ratios = []
+                for _ in range(args.rounds):
+                    unarmed = one_count(python, workload, "", preload,
+                                        args.scale, args.interval, tmp)
+                    armed = one_count(python, workload, sems, preload,
+                                      args.scale, args.interval, tmp)
+                    ratios.append(armed / unarmed)
+                print("%-15s %+6.2f %% [%+.2f, %+.2f]  %d"
+                      % (workload, 100 * (statistics.median(ratios) - 1),
+                         100 * (min(ratios) - 1), 100 * (max(ratios) - 1),
+                         unarmed), flush=True)
+            return 0
+        print("# workload: wall armed/unarmed - 1, median [min, max] of the "
+              "rounds; hits per armed run")
+        for workload in args.workloads:
+            runs = {False: [], True: []}
+            hits = []
+            for _ in range(args.rounds):
+                for armed in (False, True):
+                    wall, h = one_run(python, workload, armed, args.scale,
+                                      args.interval, tmp)
+                    runs[armed].append(wall)
+                    if armed:
+                        hits.append(h)
+            ratios = [a / u for u, a in zip(runs[False], runs[True])]
+            allocs = statistics.median(h.get("allocs", 0) for h in hits)
+            frees = statistics.median(h.get("frees", 0) for h in hits)
+            print("%-15s %+6.2f %% [%+.2f, %+.2f]  alloc %d free %d"
+                  % (workload, 100 * (statistics.median(ratios) - 1),
+                     100 * (min(ratios) - 1), 100 * (max(ratios) - 1),
+                     allocs, frees), flush=True)
+
+if __name__ == "__main__":
+    sys.exit(main())

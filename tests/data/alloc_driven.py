@@ -1,0 +1,59 @@
+"""A process that tests/test_alloc_probes.py drives through stdin, one
+command a line, while it arms and disarms the otel_memory probes from
+outside: "tm_start" and "tm_stop" (tracemalloc), "alloc" (16 MiB in small
+and large blocks, freed), "check" (tracemalloc traces this file's
+allocations exactly), "keep" (40000 small objects, kept), "quit".  Each command is answered with one line.
+Between commands it runs Python code every 50 ms, so that the probe
+watcher's pending call runs soon after the semaphores change.
+"""
+
+import select
+import sys
+import tracemalloc
+
+
+def alloc():
+    for _ in range(16):
+        blocks = [bytes(1000) for _ in range(1000)]
+        del blocks
+        big = bytearray(1 << 20)
+        del big
+
+
+def check():
+    data = [bytes(5000 + i) for i in range(200)]
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, __file__)])
+    (stat,) = [s for s in snapshot.statistics("lineno")
+               if s.traceback[0].lineno == check.__code__.co_firstlineno + 1]
+    # The 200 bytes objects and the list that holds them.
+    return "check exact %s" % (
+        stat.count == len(data) + 1
+        and stat.size >= sum(len(d) for d in data))
+
+
+print("ready", flush=True)
+while True:
+    readable, _, _ = select.select([sys.stdin], [], [], 0.05)
+    if not readable:
+        continue
+    command = sys.stdin.readline().strip()
+    if command == "tm_start":
+        tracemalloc.start()
+        print("tracing", tracemalloc.is_tracing(), flush=True)
+    elif command == "tm_stop":
+        tracemalloc.stop()
+        print("tracing", tracemalloc.is_tracing(), flush=True)
+    elif command == "alloc":
+        alloc()
+        print("allocated", flush=True)
+    elif command == "keep":
+        kept = [bytes(100 + i % 100) for i in range(40000)]
+        print("kept", len(kept), flush=True)
+    elif command == "check":
+        print(check(), flush=True)
+    elif command in ("quit", ""):
+        print("bye", flush=True)
+        break
+    else:
+        print("unknown", command, flush=True)
