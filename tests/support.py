@@ -123,6 +123,20 @@ def stapsdt_notes(binary):
     return notes
 
 
+# pystack.py's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
+# bytes of a file name.
+PYSTACK_STRLEN = 128
+
+
+def pystack_filename(filename, strlen=PYSTACK_STRLEN):
+    """filename as pystack.py prints it: its last strlen - 1 bytes, after
+    "..." when cut (the paths of a clone under a deep directory are)."""
+    raw = filename.encode()
+    if len(raw) <= strlen - 1:
+        return filename
+    return "..." + raw[-(strlen - 1):].decode("utf-8", "replace")
+
+
 class Semaphore:
     """The semaphore of probe PROVIDER:NAME of PYTHON in process pid
     (provider python unless given).

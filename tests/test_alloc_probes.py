@@ -22,13 +22,15 @@ import sys
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded, start,
-                     tracer_unusable)
+from support import (Bpftrace, PYTHON, Semaphore, TOP, free_threaded,
+                     pystack_filename, start, tracer_unusable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
 DRIVEN = os.path.join(HERE, "data", "alloc_driven.py")
 SITES = os.path.join(HERE, "data", "alloc_sites.py")
+# Its name as pystack.py prints it (cut in a clone under a deep directory).
+SHOWN = pystack_filename(SITES)
 PYSTACK = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
 # pystack.py runs under any Python 3: the system's, as test_pystack runs it.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
@@ -201,7 +203,7 @@ class PerSite(unittest.TestCase):
         for row in json.loads(proc.stdout[start:]):
             total += row["count"]
             inner = row["frames"][0]
-            if inner["filename"] == SITES:
+            if inner["filename"] == SHOWN:
                 estimate[inner["name"]] += row["count"]
         return estimate, truth, total
 
@@ -229,6 +231,86 @@ class PerSite(unittest.TestCase):
             "--live", "arg0", "usdt:PYTHON:otel_memory:free", "arg0")
         self.check_sites(estimate, truth, total)
         self.assertEqual(estimate["churn"], 0)
+
+
+@unittest.skipIf(free_threaded(),
+                 "the free-threaded build does not wrap its allocators "
+                 "(Python/pydtrace_alloc.c)")
+class ToolTables(unittest.TestCase):
+    """python -m usdt.tools alloc: its tables by line, function and file,
+    against tracemalloc per line, and against each other."""
+
+    ROW = re.compile(r"^ +([\d,]+) +([\d.]+)%  (.+)$")
+
+    def tables(self, *options):
+        """({table: {key: bytes}}, the header, tracemalloc's {site: bytes})
+        of usdt.tools alloc on data/alloc_sites.py."""
+        reason = Bpftrace.usable()
+        if reason is not None:
+            tracer_unusable(reason)
+        if " " in PYTHON or " " in SITES:
+            raise ValueError("bpftrace -c splits on spaces")
+        env = dict(os.environ, PYTHONUSDTALLOCINTERVAL="65536")
+        proc = subprocess.run(
+            [PYTHON, "-m", "usdt.tools", "alloc", "--top", "1000", *options,
+             "-c", "%s %s" % (PYTHON, SITES)],
+            capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        truth = {}
+        tables = {}
+        header = None
+        table = None
+        for line in proc.stdout.splitlines():
+            fields = line.split()
+            if fields[:1] == ["TRUTH"]:
+                truth[fields[1]] = int(fields[2])
+            elif line.startswith("Bytes "):
+                header = line
+            elif line.startswith("By "):
+                table = tables.setdefault(line.split()[1], {})
+            elif self.ROW.match(line):
+                size, _, key = self.ROW.match(line).groups()
+                self.assertNotIn(key, table, line)
+                table[key] = int(size.replace(",", ""))
+        self.assertEqual(set(tables), {"line", "function", "file"},
+                         proc.stdout)
+        return tables, header, truth
+
+    def check(self, tables, header, truth):
+        lines = {"big": 13, "small": 17}
+        for site, number in lines.items():
+            estimate = tables["line"]["%s:%d (%s)" % (SHOWN, number, site)]
+            error = (estimate - truth[site]) / truth[site]
+            self.assertLessEqual(abs(error), 0.15,
+                                 "%s: estimate %d, tracemalloc %d"
+                                 % (site, estimate, truth[site]))
+            # One line per function here: the function's row is the line's.
+            self.assertEqual(tables["function"]["%s (%s)" % (site, SHOWN)],
+                             estimate)
+        # Every table sums the same bytes, and the file's row sums its
+        # lines.
+        sums = {name: sum(table.values()) for name, table in tables.items()}
+        self.assertEqual(len(set(sums.values())), 1, sums)
+        total = int(re.search(r": ([\d,]+) \(", header).group(1)
+                    .replace(",", ""))
+        self.assertEqual(sums["line"], total, header)
+        self.assertEqual(tables["file"][SHOWN],
+                         sum(size for key, size in tables["line"].items()
+                             if key.startswith(SHOWN + ":")))
+
+    def test_allocated(self):
+        tables, header, truth = self.tables()
+        self.check(tables, header, truth)
+        self.assertTrue(header.startswith("Bytes allocated: "), header)
+        # churn() allocated 200 MB, and dropped them
+        self.assertGreater(tables["function"]["churn (%s)" % SHOWN],
+                           150 * 10**6)
+
+    def test_live(self):
+        tables, header, truth = self.tables("--live")
+        self.check(tables, header, truth)
+        self.assertTrue(header.startswith("Bytes still allocated"), header)
+        self.assertNotIn("churn (%s)" % SHOWN, tables["function"])
 
 
 def allocator_functions(pid):

@@ -28,9 +28,10 @@ import textwrap
 import time
 import unittest
 
+import support
 import test_pystack as base
 from support import (PYTHON, free_threaded, perf_map_entries, perf_map_path,
-                     require_bpftrace, run, run_gdb, start)
+                     pystack_filename, require_bpftrace, run, run_gdb, start)
 
 # Writes to FD from Python code re-entered from C (sorted's key, map's
 # function), in a thread, a generator and coroutines.
@@ -224,20 +225,14 @@ class NativeStacksBase(unittest.TestCase):
         their file names as pystack.py prints them: the last
         DEFAULT_STRLEN - 1 bytes, after "..." when cut (the standard
         library's paths are longer in a clone under a deep directory)."""
-        keep = load_pystack().DEFAULT_STRLEN - 1
-
-        def shown(filename):
-            raw = filename.encode()
-            if len(raw) <= keep:
-                return filename
-            return "..." + raw[-keep:].decode("utf-8", "replace")
         found = collections.Counter()
         for row in rows:
             found[tuple((f["name"], f["filename"], f["line"])
                         for f in row["frames"] if "name" in f)] \
                 += row["count"]
         expected = collections.Counter(
-            tuple((frame[0], shown(frame[2]), frame[3]) for frame in stack)
+            tuple((frame[0], pystack_filename(frame[2]), frame[3])
+                  for frame in stack)
             for stack in recorded)
         self.assertEqual(found, expected)
 
@@ -555,6 +550,11 @@ class MergeTest(unittest.TestCase):
             lines.append("PYSTACK L 1 9 %d %d\n" % (depth, depth + 1))
         lines.append("PYSTACK Z 1 9 0\n")
         return lines
+
+    def test_support_knows_the_default_strlen(self):
+        # support.pystack_filename() cuts file names as pystack.py does.
+        self.assertEqual(load_pystack().DEFAULT_STRLEN,
+                         support.PYSTACK_STRLEN)
 
     def merged(self, lines, max_native=128):
         pystack = load_pystack()

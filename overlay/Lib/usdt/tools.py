@@ -88,8 +88,8 @@ TOOLS = [
     Tool("stacks", "Which Python code hits this probe (any bpftrace "
          "probe: a syscall, a USDT marker)? Python stacks with counts"),
     Tool("alloc", "Which Python code allocates the most memory, or with "
-         "--live holds the most? Python stacks weighted by the sampled "
-         "bytes (otel_memory), folded for flamegraph"),
+         "--live holds the most? The sampled bytes (otel_memory) by line, "
+         "function and file, per stack, or folded for flamegraph"),
     Tool("profile", "Where does the process spend its CPU time? Sampled "
          "Python stacks, folded, or as a flame graph (--svg)"),
     Tool("flamegraph", "What do these folded stacks look like? An "
@@ -566,7 +566,9 @@ def alloc_command(args):
     """Stacks of the sampled allocations, each weighted by its weight:
     the estimated bytes allocated there (alloc_space), or with --live
     those not freed when tracing stops (inuse_space; of the memory
-    allocated since the tracer attached)."""
+    allocated since the tracer attached).  Printed as tables by line,
+    function and file of the innermost Python frame, or per stack
+    (--stacks), or folded."""
     options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
                "arg2"]
     if args.live:
@@ -574,11 +576,69 @@ def alloc_command(args):
                     "arg0"]
     if args.folded:
         options.append("--folded")
-    status, text = run_pystack(args, options)
-    if args.filter:
-        text = filter_stacks(text, args.filter)
-    write(args, text)
+    if args.folded or args.stacks:
+        status, text = run_pystack(args, options)
+        if args.filter:
+            text = filter_stacks(text, args.filter)
+        write(args, text)
+        return status
+    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        counts = os.path.join(tmp, "counts.json")
+        # The -c command's own output, then the tables.
+        status, text = run_pystack(args, options + ["--json", "--output",
+                                                    counts])
+        rows = []
+        if os.path.exists(counts):
+            with open(counts, encoding="utf-8") as f:
+                rows = json.load(f)
+    tables = alloc_tables(rows, args.live, args.by, args.top, args.filter)
+    write(args, text + tables)
+    if args.live and args.command and not rows:
+        sys.stderr.write("usdt.tools alloc: nothing was live when tracing "
+                         "stopped: a -c command that exits frees what it "
+                         "held; stop earlier with -d, or trace a running "
+                         "process with -p\n")
     return status
+
+
+ALLOC_KEYS = {
+    "line": lambda frame: "%s:%s (%s)" % (
+        frame["filename"], "?" if frame["line"] in (None, -1)
+        else frame["line"], frame["name"]) if frame["filename"]
+    else frame["name"],
+    "function": lambda frame: "%s (%s)" % (frame["name"], frame["filename"])
+    if frame["filename"] else frame["name"],
+    "file": lambda frame: frame["filename"] or frame["name"],
+}
+
+
+def alloc_tables(rows, live, by, top, needle):
+    """The tables of usdt.tools alloc: pystack.py's JSON rows (count =
+    the weights of the stack's samples) summed by the innermost frame's
+    line, function and file, the largest first."""
+    what = ("Bytes still allocated when tracing stopped, of those "
+            "allocated since it began" if live else "Bytes allocated")
+    total = sum(row["count"] for row in rows)
+    out = ["%s: %s (estimated from the otel_memory samples, in %d "
+           "stacks).\n" % (what, format(total, ","), len(rows))]
+    for name in (by,) if by else ("line", "function", "file"):
+        sums = collections.Counter()
+        for row in rows:
+            key = ALLOC_KEYS[name](row["frames"][0]) if row["frames"] \
+                else "[no frame]"
+            sums[key] += row["count"]
+        if needle:
+            sums = collections.Counter(
+                {key: value for key, value in sums.items() if needle in key})
+        ranked = sorted(sums.items(), key=lambda item: (-item[1], item[0]))
+        out.append("\nBy %s (innermost Python frame; %d of %d shown):\n"
+                   % (name, min(top, len(ranked)), len(ranked)))
+        out.append("%15s %7s  %s\n" % ("BYTES", "%", name.upper()))
+        for key, value in ranked[:top]:
+            out.append("%15s %6.1f%%  %s\n"
+                       % (format(value, ","),
+                          100.0 * value / total if total else 0.0, key))
+    return "".join(out)
 
 
 def fold_ustacks(text):
@@ -768,8 +828,15 @@ def main(argv=None):
             sub.add_argument("--live", action="store_true",
                              help="the bytes still allocated when tracing "
                              "stops (of those allocated since it began)")
-            sub.add_argument("--folded", action="store_true",
-                             help="folded stacks, for flamegraph")
+            sub.add_argument("--by", choices=["line", "function", "file"],
+                             help="only this table (default: all three)")
+            sub.add_argument("--top", type=int, default=20, metavar="N",
+                             help="rows per table (default %(default)s)")
+            form = sub.add_mutually_exclusive_group()
+            form.add_argument("--stacks", action="store_true",
+                              help="instead, the bytes per Python stack")
+            form.add_argument("--folded", action="store_true",
+                              help="instead, folded stacks, for flamegraph")
         elif tool.name == "profile":
             sub.add_argument("--hz", type=int, default=49,
                              help="samples per second and CPU (default "

@@ -33,6 +33,7 @@ stacks" in the same howto.
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
@@ -1167,6 +1168,13 @@ def report(lines, args, out, symbolizer=None):
 
 # --------------------------------------------------------------- main
 
+def counts_file(args):
+    """Where the counts go: --output FILE, or stdout (left open)."""
+    if args.output:
+        return open(args.output, "w", encoding="utf-8")
+    return contextlib.nullcontext(sys.stdout)
+
+
 def resolve_python(args):
     if args.python:
         return args.python
@@ -1398,15 +1406,19 @@ def main(argv=None):
     parser.add_argument("--read", metavar="FILE",
                         help="count the records of a saved run of the "
                         "program (bpftrace -o FILE) instead of running it")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write the counts to FILE (the output of the "
+                        "-c command stays on stdout)")
     args = parser.parse_args(argv)
     try:
         if args.read:
             with open(args.read, encoding="utf-8", errors="replace") as f:
                 # --python names the interpreter's native frames that
                 # bpftrace could not name.
-                report(f.readlines(), args, sys.stdout,
-                       Symbolizer(os.path.realpath(args.python))
-                       if args.python else None)
+                with counts_file(args) as out:
+                    report(f.readlines(), args, out,
+                           Symbolizer(os.path.realpath(args.python))
+                           if args.python else None)
             return 0
         if not args.probe:
             parser.error("--probe is required")
@@ -1432,7 +1444,8 @@ def main(argv=None):
         # attached is lost) must not lose the counts being made.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            report(lines, args, sys.stdout, symbolizer)
+            with counts_file(args) as out:
+                report(lines, args, out, symbolizer)
         except BaseException:
             sys.stderr.write("pystack: the records of this run are in %s: "
                              "count them again with --read %s\n"
