@@ -69,6 +69,8 @@
     (EV(PY_START) | EV(PY_RESUME) | EV(PY_THROW) \
      | EV(PY_RETURN) | EV(PY_YIELD) | EV(PY_UNWIND))
 #define LINE_EVENTS (EV(LINE) | EV(JUMP))
+/* The events that instrument RESUME. */
+#define RESUME_EVENTS (EV(PY_START) | EV(PY_RESUME))
 /* C_RETURN and C_RAISE follow CALL. */
 #define CFUNCTION_EVENTS EV(CALL)
 /* Global events: they instrument no code. */
@@ -141,7 +143,16 @@ armed_events(int armed, int tool)
         }
     }
     if (tool == PY_MONITORING_SYS_TRACE_ID && (armed & ARMED_LINE)) {
-        events |= LINE_EVENTS;
+        /* With PY_START and PY_RESUME, which sys.settrace() installs too:
+         * they keep each code's RESUME instrumented.  An uninstrumented
+         * RESUME is specialized to RESUME_CHECK, and then a LINE event on
+         * RESUME's own line right after it is dropped
+         * (_Py_call_instrumentation_line() lets it through only after
+         * RESUME or INSTRUMENTED_RESUME): the first line event of every
+         * run of a generator expression, which settrace reports.  The
+         * hook drops these two events at once (no function probe fires
+         * from the trace slot). */
+        events |= LINE_EVENTS | RESUME_EVENTS;
     }
     return events;
 }

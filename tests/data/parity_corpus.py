@@ -148,6 +148,8 @@ def corpus(rounds):
         total += catches()
         total += sum(sorted((3, 1, 2), key=key_function))
         total += sum(map(mapped, (1, 2)))
+        # A generator expression: its loop is on the line of its RESUME.
+        total += sum(j for j in range(2))
         total += drive(outer_coroutine(i))
         exec(EXEC_SOURCE, {})
     return total
