@@ -121,34 +121,31 @@ class AllocProbes(unittest.TestCase):
         self.check_pointer_rule(maps)
         self.check_estimate(maps["phase_weight"], truth["total"], 0.15)
 
-    def test_live(self):
-        # -X usdt_alloc_interval's variable, at 16 KiB: 8000 samples.
-        maps, truth = run_workload("live", interval=16384)
+    def check_live(self, mode):
+        """The live estimate at the end of the phase of mode, at 16 KiB
+        (-X usdt_alloc_interval's variable), within 10 % of
+        tracemalloc's."""
+        maps, truth = run_workload(mode, interval=16384)
         self.check_pointer_rule(maps)
         live = maps["phase_weight"] - maps.get("phase_freed", 0)
         self.check_estimate(live, truth["live"], 0.10)
 
+    def test_live(self):
+        # 8000 samples.
+        self.check_live("live")
+
     def test_live_with_tracemalloc_restarted(self):
-        maps, truth = run_workload("restart", interval=16384)
-        self.check_pointer_rule(maps)
-        live = maps["phase_weight"] - maps.get("phase_freed", 0)
-        self.check_estimate(live, truth["live"], 0.10)
+        self.check_live("restart")
 
     def test_threads(self):
         # Four threads allocating and freeing at once: one countdown each,
         # one shared set.
-        maps, truth = run_workload("threads", interval=16384)
-        self.check_pointer_rule(maps)
-        live = maps["phase_weight"] - maps.get("phase_freed", 0)
-        self.check_estimate(live, truth["live"], 0.10)
+        self.check_live("threads")
 
     def test_realloc(self):
         # Buffers grown by realloc: each realloc is a free of the old
         # pointer (if sampled) and an allocation of the new size.
-        maps, truth = run_workload("realloc", interval=16384)
-        self.check_pointer_rule(maps)
-        live = maps["phase_weight"] - maps.get("phase_freed", 0)
-        self.check_estimate(live, truth["live"], 0.10)
+        self.check_live("realloc")
 
     def test_interval_scales_boundaries(self):
         # Eight times the interval: an eighth of the boundaries crossed
