@@ -220,7 +220,7 @@ class NativeStacksBase(unittest.TestCase):
             found[stack] += row["count"]
         self.assertEqual(found, expected)
 
-    def check_python(self, rows, recorded):
+    def check_python(self, rows, recorded, stderr=None):
         """The Python frames of each merged stack are the recorded ones,
         their file names as pystack.py prints them: the last
         DEFAULT_STRLEN - 1 bytes, after "..." when cut (the standard
@@ -234,7 +234,7 @@ class NativeStacksBase(unittest.TestCase):
             tuple((frame[0], pystack_filename(frame[2]), frame[3])
                   for frame in stack)
             for stack in recorded)
-        self.assertEqual(found, expected)
+        self.assertEqual(found, expected, stderr)
 
 
 
@@ -489,7 +489,7 @@ class ToolsTest(NativeStacksBase):
             recorded = [stack for stack in json.load(f)
                         if stack[0][0] == "key"]
         self.assertEqual(len(recorded), 6)
-        self.check_python(rows, recorded)
+        self.check_python(rows, recorded, proc.stderr)
 
 
 def remove_perf_map(pid):
@@ -511,8 +511,13 @@ class FakeSymbolizer:
 
     maps = {1: True}
 
-    def __init__(self, names):
+    def __init__(self, names, read_at=10):
         self.names = names
+        self.read_at = read_at
+
+    def read_after(self, pid, time_ns):
+        # The records below are hits at time 9.
+        return self.read_at > time_ns
 
     def lookup(self, pid, address, bias=None):
         # Return addresses are named by the byte before them: +1 below.
@@ -556,10 +561,10 @@ class MergeTest(unittest.TestCase):
         self.assertEqual(load_pystack().DEFAULT_STRLEN,
                          support.PYSTACK_STRLEN)
 
-    def merged(self, lines, max_native=128):
+    def merged(self, lines, max_native=128, read_at=10):
         pystack = load_pystack()
-        stacks, notes = pystack.parse(lines, 128,
-                                      FakeSymbolizer(self.NAMES), max_native)
+        stacks, notes = pystack.parse(
+            lines, 128, FakeSymbolizer(self.NAMES, read_at), max_native)
         (stack, count), = stacks.items()
         return [frame[0] for frame in stack], notes
 
@@ -604,6 +609,26 @@ class MergeTest(unittest.TestCase):
             [0x10, 0x999, 0x21, 0x51], ["key", "outer"], {0, 1}))
         self.assertEqual(names, ["leaf_c", "[native frames lost]", "key",
                                  "outer"])
+
+    def test_address_mapped_after_the_last_read_is_unknown(self):
+        # The mappings were last read before the hit (a starved poller):
+        # 0x999 may be a library mapped since, so the walk goes on.
+        names, notes = self.merged(self.records(
+            [0x999, 0x21, 0x31, 0x41, 0x51], ["key", "outer", "<module>"],
+            {0, 2}), read_at=5)
+        self.assertEqual(names, ["[unknown]", "key", "sorted_c", "outer",
+                                 "<module>", "main"])
+        self.assertTrue(any("not named" in note for note in notes))
+
+    def test_read_after_compares_with_bpftrace_clock(self):
+        # The hit times are bpftrace's nsecs, CLOCK_MONOTONIC.
+        symbolizer = load_pystack().Symbolizer()
+        before = time.monotonic_ns()
+        symbolizer.snapshot(os.getpid())
+        after = time.monotonic_ns()
+        self.assertTrue(symbolizer.read_after(os.getpid(), before))
+        self.assertFalse(symbolizer.read_after(os.getpid(), after))
+        self.assertFalse(symbolizer.read_after(os.getpid() + 1, before))
 
 
 class RefusalTest(unittest.TestCase):

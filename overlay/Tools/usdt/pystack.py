@@ -704,6 +704,7 @@ class Event:
         self.addresses = {}
         self.native_more = False
         self.native_regs = True
+        self.time = None
 
 
 def decode(length, text, strlen):
@@ -755,7 +756,10 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
         if kind == "R":
             timeline.append((int(fields[3]), 1, int(fields[4])))
             continue
-        event = events.setdefault(key, Event())
+        event = events.get(key)
+        if event is None:
+            event = events[key] = Event()
+            event.time = int(fields[3])
         if kind == "S":
             strings = event.files if fields[5] == "1" else event.names
             strings[int(fields[4])] = decode(int(fields[7]), fields[8],
@@ -866,9 +870,11 @@ def native_frames(event, symbolizer, notes, max_native):
         if symbolizer is not None:
             found = symbolizer.lookup(event.pid, address - (i > 0),
                                       event.bias)
-            if found is None and symbolizer.maps.get(event.pid):
-                # Not code: the chain went through a function without
-                # frame pointers, whose rbp held something else.
+            if found is None and symbolizer.read_after(event.pid,
+                                                       event.time):
+                # Not code (the mappings were read after the hit): the
+                # chain went through a function without frame
+                # pointers, whose rbp held something else.
                 frames.append(NativeFrame(UNWIND_LOST, ""))
                 notes["native stacks cut where the frame pointers led "
                       "out of the process's code, marked %s"
@@ -978,10 +984,21 @@ class Symbolizer:
 
     def __init__(self, interpreter=None):
         self.maps = {}
+        # When each process's mappings were last read (CLOCK_MONOTONIC,
+        # bpftrace's nsecs), taken before reading.
+        self.read_at = {}
         self.tables = {}
         self.interpreter = interpreter
 
+    def read_after(self, pid, time_ns):
+        """Whether the mappings of pid were read after a hit at time_ns:
+        an address they do not hold was then not code.  A hit after the
+        last read may be in a library mapped since."""
+        return (pid in self.maps and time_ns is not None
+                and self.read_at.get(pid, 0) > time_ns)
+
     def snapshot(self, pid, must_map=None):
+        read_at = time.monotonic_ns()
         try:
             with open("/proc/%d/maps" % pid) as f:
                 text = f.read()
@@ -998,6 +1015,7 @@ class Symbolizer:
             path = parts[5] if len(parts) > 5 else ""
             entries.append((start, end, int(parts[2], 16), path))
         self.maps[pid] = entries
+        self.read_at[pid] = read_at
 
     def lookup(self, pid, address, bias=None):
         for start, end, offset, path in self.maps.get(pid, ()):
