@@ -69,8 +69,11 @@ GATE = textwrap.dedent("""\
     sys.path[0] = os.path.dirname(sys.argv[0])
     with open(sys.argv[0]) as f:
         code = compile(f.read(), sys.argv[0], "exec")
+    go = os.environ.pop("GATE_GO", "").encode()
     print("ready", flush=True)
     sys.stdin.readline()
+    if go:
+        os.write(2, go + b"\\n")
     (lambda: None)()
     exec(code, {"__name__": "__main__", "__file__": sys.argv[0],
                 "__builtins__": __builtins__})
@@ -171,12 +174,13 @@ def probes_of(program):
 class Session:
     """One DTrace run: its exit status, output and errors; for -p, the
     workload's output comes first in stdout (with -c DTrace's own stdout
-    has it)."""
+    has it; its errors are in stderr, and with -p in target_stderr)."""
 
-    def __init__(self, returncode, stdout, stderr):
+    def __init__(self, returncode, stdout, stderr, target_stderr=""):
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
+        self.target_stderr = target_stderr
 
 
 def kill_program(argv):
@@ -191,10 +195,11 @@ def kill_program(argv):
             pass
 
 
-def trace_c(program_args, workload, script_args=()):
-    """tools/dtrace -q PROGRAM -c 'PYTHON workload' [ARGS].  DTrace writes
-    its output to a file of its own (-o), so that the workload's, which
-    comes first in the Session's stdout, cannot break its lines."""
+def trace_c(program_args, workload, script_args=(), env=None):
+    """tools/dtrace -q PROGRAM -c 'PYTHON workload' [ARGS], in env if
+    given.  DTrace writes its output to a file of its own (-o), so that the
+    workload's, which comes first in the Session's stdout, cannot break its
+    lines."""
     if " " in PYTHON or " " in workload:
         raise ValueError("dtrace -c splits on spaces: %r" % workload)
     with tempfile.TemporaryDirectory(dir=_tmp) as tmp:
@@ -208,7 +213,7 @@ def trace_c(program_args, workload, script_args=()):
             try:
                 proc = run([DTRACE, "-q", "-o", path, *program_args, "-c",
                             "%s %s" % (PYTHON, workload), *script_args],
-                           timeout=SESSION_TIMEOUT)
+                           timeout=SESSION_TIMEOUT, env=env)
                 break
             except subprocess.TimeoutExpired:
                 kill_program([PYTHON, workload])
@@ -229,7 +234,7 @@ def trace_c(program_args, workload, script_args=()):
 
 
 def trace_p(program_args, workload, program, script_args=(), tmp=None,
-            pid_naming=False, driver=None, attach=True):
+            pid_naming=False, driver=None, attach=True, env=None):
     """tools/dtrace -q PROGRAM -p PID [ARGS], PID a process of GATE that
     runs workload once the probes the program names are armed and the
     interpreter's watcher has seen them (it looks once a second).
@@ -237,7 +242,9 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
     With pid_naming, python$target in the program (a -s file or a -n
     text) is written python<PID>.  driver(target, tracer), if given, takes
     over once DTrace is attached, instead of letting the workload run.
-    Without attach, DTrace is not given -p (for a probe listing).
+    Without attach, DTrace is not given -p (for a probe listing).  The
+    target runs in env, if given; it writes env's GATE_GO, if any, to its
+    stderr when it lets the workload run.
 
     The target imports the extension modules that workload imports
     before DTrace attaches, as a service that has run for a while has.
@@ -250,7 +257,7 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
     target = subprocess.Popen([PYTHON, "-c", GATE, workload],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ,
+                              env=dict(env or os.environ,
                                        GATE_PRELOAD=",".join(preload)))
     tracer = None
     try:
@@ -321,7 +328,7 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
         out, err = tracer.communicate(timeout=TIMEOUT)
         with open(output) as f:
             out += f.read().replace(TRACING + "\n", "", 1)
-        return Session(tracer.returncode, target_out + out, err)
+        return Session(tracer.returncode, target_out + out, err, target_err)
     finally:
         for proc in (target, tracer):
             if proc is not None:
@@ -389,11 +396,11 @@ def reference(program, workload, *args):
 
 
 def both(name, program_args, workload, program_text, script_args=(),
-         pid_naming=False):
+         pid_naming=False, env=None):
     """Submit the -c and the -p run of one D program."""
-    submit(name + " -c", trace_c, program_args, workload, script_args)
+    submit(name + " -c", trace_c, program_args, workload, script_args, env)
     submit(name + " -p", trace_p, program_args, workload, program_text,
-           script_args, _tmp, pid_naming)
+           script_args, _tmp, pid_naming, env=env)
 
 
 def script(name):
@@ -503,7 +510,8 @@ def setUpModule():
            driver=PystatTest.drive)
     for name in ONE_LINERS:
         program, workload = one_liner(name)
-        both(name, ["-n", program], workload, program, pid_naming=True)
+        both(name, ["-n", program], workload, program, pid_naming=True,
+             env=truth_env(name))
     idle = write("idle.py", "pass\n")
     submit("listing -p", trace_p, ["-l", "-P", "python$target"], idle, "",
            pid_naming=True, driver=list_first)
@@ -515,13 +523,17 @@ def setUpModule():
 class DTraceTestCase(unittest.TestCase):
 
     def session(self, name):
-        """The run name, which must have succeeded."""
+        """The output of the run name, which must have succeeded."""
+        return self.session_of(name).stdout
+
+    def session_of(self, name):
+        """The Session of the run name, which must have succeeded."""
         if name not in RUNS:
             self.skipTest("%s was not run" % name)
         result = RUNS[name].result()
         self.assertEqual(result.returncode, 0, "%s failed: %s"
                          % (name, dtrace_errors(result.stderr)))
-        return result.stdout
+        return result
 
     # The runs of each D program.
     MODES = ("-c", "-p")
@@ -990,14 +1002,58 @@ GC_REFERENCE = textwrap.dedent("""\
     print(json.dumps(asked))
 """)
 
-AUDIT_REFERENCE = textwrap.dedent("""\
-    import json, runpy, sys
-    opened = []
-    sys.addaudithook(lambda event, args: event == "open" and
-                     opened.append(args[0]))
-    runpy.run_path(sys.argv[1], run_name="__main__")
-    print(json.dumps(len(opened)))
-""")
+
+
+# Ground truths seen in the traced process itself, by a sitecustomize
+# module its environment puts on its path (site imports it at start-up,
+# before the workload runs): what the process's own gc and audit hooks
+# report, on its stderr.  The -p target writes GO there when it lets the
+# workload run.
+GO = "truth: go"
+SITECUSTOMIZE = {
+    # Every collection: gc's DEBUG_STATS prints "gc: collecting generation
+    # N..." for each, right before gc-start fires, those of the shutdown
+    # included (gc.callbacks does not see these); gc.get_stats() has
+    # those made before this module ran.
+    "gc_durations": textwrap.dedent("""\
+        import gc, sys
+        sys.stderr.write("truth: before %s\\n" % " ".join(
+            str(generation["collections"]) for generation in gc.get_stats()))
+        gc.set_debug(gc.DEBUG_STATS)
+    """),
+    # Every "open" audit event from this module on (those of the imports
+    # that site made before it are not seen).
+    "audit_stacks": textwrap.dedent("""\
+        import os, sys
+        def hook(event, args, write=os.write):
+            if event == "open":
+                write(2, b"truth: open\\n")
+        sys.addaudithook(hook)
+    """),
+}
+
+
+def truth_env(name):
+    """The environment of the runs of one-liner name: with its
+    SITECUSTOMIZE, if it has one."""
+    if name not in SITECUSTOMIZE:
+        return None
+    directory = os.path.join(_tmp, "truth-" + name)
+    os.mkdir(directory)
+    with open(os.path.join(directory, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE[name])
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, GATE_GO=GO, PYTHONPATH=directory + (
+        os.pathsep + path if path else ""))
+
+
+def truth_lines(session, mode):
+    """The ground truth lines of session's traced process: with -p, those
+    written once the workload could run."""
+    if mode == "-c":
+        return session.stderr.splitlines()
+    lines = session.target_stderr.splitlines()
+    return lines[lines.index(GO) + 1:]
 
 
 # [the modules site tries at start-up, the modules the workload file
@@ -1115,18 +1171,31 @@ class HowtoOneLinersTest(DTraceTestCase):
                 self.assertTrue(rows and all(rows), output)
 
     def test_gc_durations(self):
+        # Every collection of the traced process, per generation, as its
+        # gc reports them (SITECUSTOMIZE): the workload's own, automatic
+        # ones and those of the shutdown.
         workload = self.workload("gc_durations")
-        expected = json.loads(reference(GC_REFERENCE, workload))
-        self.assertTrue(expected)
+        asked = json.loads(reference(GC_REFERENCE, workload))
+        self.assertTrue(asked)
         for mode in self.MODES:
             with self.subTest(mode=mode):
-                output = self.session("gc_durations " + mode)
+                session = self.session_of("gc_durations " + mode)
+                expected = collections.Counter()
+                for line in truth_lines(session, mode):
+                    match = re.match(r"gc: collecting generation (\d)\.\.\.$",
+                                     line)
+                    if match:
+                        expected[int(match.group(1))] += 1
+                    elif line.startswith("truth: before "):
+                        for generation, count in enumerate(line.split()[2:]):
+                            expected[generation] += int(count)
+                # the workload's own collections are among them
+                for generation, count in asked.items():
+                    self.assertGreaterEqual(expected[int(generation)], count,
+                                            session.stderr)
                 got = {int(key[0]): sum(buckets.values())
-                       for key, buckets in distributions(output)}
-                # automatic collections add to those, never remove any
-                for generation, count in expected.items():
-                    self.assertGreaterEqual(got.get(int(generation), 0), count,
-                                            output)
+                       for key, buckets in distributions(session.stdout)}
+                self.assertEqual(got, dict(expected), session.stdout)
 
     def test_failed_imports(self):
         # What cannot be found: the workload's yaml, and with -c, the
@@ -1143,18 +1212,25 @@ class HowtoOneLinersTest(DTraceTestCase):
                 self.assertEqual(output.split(), missing, output)
 
     def test_audit_stacks(self):
-        workload = self.workload("audit_stacks")
-        opened = json.loads(reference(AUDIT_REFERENCE, workload))
-        self.assertGreater(opened, 0)
+        # One stack per "open" audit event, as the traced process's own
+        # audit hook sees them (SITECUSTOMIZE): with -p, all of them;
+        # with -c, all but those of the imports that site makes before
+        # it imports sitecustomize, which no hook can see.
         for mode in self.MODES:
             with self.subTest(mode=mode):
-                output = self.session("audit_stacks " + mode)
-                # One stack per open event.  DTrace names the frames when
-                # it prints the stack, which it can only while the process
-                # lives: those it prints after show addresses.
+                session = self.session_of("audit_stacks " + mode)
+                opened = truth_lines(session, mode).count("truth: open")
+                self.assertGreater(opened, 0, session.stderr)
+                output = session.stdout
+                # DTrace names the frames when it prints the stack, which
+                # it can only while the process lives: those it prints
+                # after show addresses.
                 stacks = [stack for stack in re.split(r"\n\s*\n", output)
                           if stack.strip()]
-                self.assertGreaterEqual(len(stacks), opened, output)
+                if mode == "-p":
+                    self.assertEqual(len(stacks), opened, output)
+                else:
+                    self.assertGreaterEqual(len(stacks), opened, output)
                 self.assertIn("python`PySys_Audit+", output)
 
     def test_probe_listing(self):
