@@ -19,11 +19,26 @@ WORKLOAD_DIR = os.path.join(HERE, "workloads")
 
 ROLES = ("A", "B", "C")          # required
 OPTIONAL_ROLES = ("U",)          # only in instructions and wall time, never armed
+
+
+def pinned_version(series=None):
+    """The upstream version series/SERIES/pin pins (SERIES: $SERIES, else
+    3.13): the pristine interpreters' source."""
+    series = series or os.environ.get("SERIES") or "3.13"
+    path = os.path.join(REPO, "series", series, "pin")
+    with open(path) as f:
+        for line in f:
+            if line.startswith("VERSION="):
+                return line.split("=", 1)[1].strip()
+    raise SystemExit(f"{path}: no VERSION=")
+
+
+PRISTINE = "pristine " + pinned_version()
 ROLE_DESC = {
-    "A": "pristine 3.13.5, no --with-dtrace",
-    "B": "pristine 3.13.5, --with-dtrace (stock)",
+    "A": PRISTINE + ", no --with-dtrace",
+    "B": PRISTINE + ", --with-dtrace (stock)",
     "C": "cpython-usdt",
-    "U": "pristine 3.13.5, the upstream way: no --with-dtrace, no frame pointers, "
+    "U": PRISTINE + ", the upstream way: no --with-dtrace, no frame pointers, "
          "no loop flags",
 }
 

@@ -3,7 +3,7 @@
 
 Compares three release (PGO + LTO, frame pointers) interpreters in one run:
 
-  P1  pristine CPython 3.13.5 without --with-dtrace
+  P1  pristine CPython (the version series/SERIES/pin pins) without --with-dtrace
   P2  the same pristine source and flags, built a second time
   R   cpython-usdt's release build (--with-dtrace, every probe)
 
@@ -35,15 +35,15 @@ if HERE not in sys.path:
 from analyze import (MIN_ROUNDS_JUDGED, TARGET_INSTR_GEOMEAN, bootstrap_ci, geomean,
                      layout_counts, median_ratio, net_counts, repeat_noise, spread,
                      wall_stats)
-from common import log, parse_pythons
+from common import PRISTINE, log, parse_pythons
 from measure import machine_info, measure_unarmed
 from render import (finish, log_verdicts, ms_cell, pct, render_header, render_only,
-                    repo_rel, round_orders, run_as_note, verdict_row)
+                    repo_rel, round_orders, run_as_note, verdict_row, version_of)
 from run import MODES, mode_config
 
 ROLES = ("P1", "P2", "R")
 DESC = {
-    "P1": "pristine 3.13.5, PGO+LTO, frame pointers, no --with-dtrace: build 1",
+    "P1": PRISTINE + ", PGO+LTO, frame pointers, no --with-dtrace: build 1",
     "P2": "the same pristine source and flags, built a second time: build 2",
     "R": "cpython-usdt release build: PGO+LTO, frame pointers, --with-dtrace",
 }
@@ -201,7 +201,8 @@ def render_release_md(data, json_rel, png_rel=None):
              "the command above measures (`--quick` for a short run).\n")
     L.extend(build_notes(data))
     L.append("## What is judged\n")
-    L.append("P1 and P2 are the same pristine 3.13.5 source configured with the same flags "
+    L.append(f"P1 and P2 are the same pristine {version_of(data, 'P1')} source configured "
+             "with the same flags "
              "(`--enable-optimizations --with-lto`, frame pointers, no `--with-dtrace`), built "
              "twice: PGO's training run differs from build to build, and P2/P1 is how much two "
              "builds differ without any change to the source.  R is this project's release "

@@ -193,7 +193,7 @@ def render_md(data, json_rel, png_rel, usdt=None, release=None):
              f"median {w['median_A_spread'] * 100:.1f} % | |")
     L.append("")
     if "frame_pointers" in a:
-        L.extend(render_frame_pointers(a, c))
+        L.extend(render_frame_pointers(data, a, c))
     L.append("## Armed probe cost (bpftrace)\n")
     ar = data.get("armed") or {}
     if not ar.get("available"):
@@ -325,7 +325,9 @@ def render_release(results, json_rel):
     report is the .md next to them; or how to measure them when results is None."""
     md_rel = json_rel[:-len(".json")] + ".md"
     L = ["## Release build (PGO + LTO)\n"]
-    L.append("The release build (`make release`) against pristine 3.13.5 built with the "
+    peer = ("pristine " + version_of(results, "P1") if results is not None
+            else "pristine CPython")
+    L.append(f"The release build (`make release`) against {peer} built with the "
              "same PGO + LTO flags and no `--with-dtrace`, built twice because PGO differs "
              "from build to build (`make bench-release`, `bench/release.py`); the whole "
              f"report: [`{md_rel}`]({md_rel}).\n")
@@ -387,7 +389,13 @@ def verdict_row(t):
     return "| " + " | ".join(cells) + " |"
 
 
-def render_frame_pointers(a, c):
+def version_of(data, role):
+    """The version (3.13.15) of role's interpreter in the results data."""
+    version = data["machine"]["interpreters"][role]["version"]
+    return version[len("Python "):] if version.startswith("Python ") else version
+
+
+def render_frame_pointers(data, a, c):
     """Markdown lines of the "Frame pointers" section (only when U was measured)."""
     fp = a["frame_pointers"]
     bound = f"+{fp['bound'] * 100:.0f} %"
@@ -399,7 +407,8 @@ def render_frame_pointers(a, c):
              "`--param max-goto-duplication-insns=30` for it too, GCC's limit for copying the "
              "dispatch into each instruction's handler, and `-fira-algorithm=priority`, GCC's "
              "priority register allocator, for it and `Modules/_sre/sre.c`), which pay for them in "
-             "the interpreter loop; U is pristine 3.13.5 built the upstream way, without "
+             f"the interpreter loop; U is pristine {version_of(data, 'U')} built the upstream "
+             "way, without "
              "`--with-dtrace`, frame pointers or the loop flags, and ran in the same cachegrind "
              "phase and the same interleaved wall-time rounds.  *A/U* is what our build's "
              "flags cost (same pristine source, with vs without them); *C/U* is this "
