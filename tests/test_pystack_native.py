@@ -620,6 +620,22 @@ class MergeTest(unittest.TestCase):
                                  "<module>", "main"])
         self.assertTrue(any("not named" in note for note in notes))
 
+    def test_loaded_once_a_library_is_mapped(self):
+        # bpftrace -c holds the command after its exec() while it
+        # attaches: the interpreter and the dynamic loader are mapped, no
+        # library yet.
+        symbolizer = load_pystack().Symbolizer("/opt/py/bin/python3.13")
+        symbolizer.maps[7] = [
+            (0x1000, 0x2000, 0, "/opt/py/bin/python3.13"),
+            (0x3000, 0x4000, 0, "/usr/lib/x86_64-linux-gnu/"
+                                "ld-linux-x86-64.so.2"),
+            (0x5000, 0x6000, 0, "[vdso]")]
+        self.assertFalse(symbolizer.loaded(7))
+        symbolizer.maps[7].append(
+            (0x7000, 0x8000, 0, "/usr/lib/x86_64-linux-gnu/libc.so.6"))
+        self.assertTrue(symbolizer.loaded(7))
+        self.assertFalse(symbolizer.loaded(8))
+
     def test_read_after_compares_with_bpftrace_clock(self):
         # The hit times are bpftrace's nsecs, CLOCK_MONOTONIC.
         symbolizer = load_pystack().Symbolizer()

@@ -1017,6 +1017,13 @@ class Symbolizer:
         self.maps[pid] = entries
         self.read_at[pid] = read_at
 
+    def loaded(self, pid):
+        """Whether the last mappings read of pid hold a library (code of
+        a file other than the interpreter and the dynamic loader)."""
+        return any(path.startswith("/") and path != self.interpreter
+                   and not os.path.basename(path).startswith("ld-")
+                   for _, _, _, path in self.maps.get(pid, ()))
+
     def lookup(self, pid, address, bias=None):
         for start, end, offset, path in self.maps.get(pid, ()):
             if start <= address < end:
@@ -1322,17 +1329,20 @@ def watch_mappings(bpftrace, pid, symbolizer, interpreter):
     """Read the mappings of the traced process while it runs (PID, or
     the command that bpftrace runs, once it is the interpreter), for the
     native addresses that bpftrace prints after the process is gone, and
-    the libraries it maps as it goes: for a command, which may be
-    short-lived (and whose dynamic loader maps the libraries after the
-    interpreter), every 5 ms for its first 200 ms, then every 50 ms;
-    every 500 ms for a process that runs already."""
+    the libraries it maps as it goes.  For a command, which may be
+    short-lived: every 5 ms until 200 ms after its dynamic loader has
+    mapped a library, then every 50 ms.  bpftrace holds the command
+    after its exec() while it attaches (46 ms for one probe here, more
+    for many and on a busy machine): the interpreter is mapped, its
+    libraries not yet, and the command has not run.  Every 500 ms for a
+    process that runs already."""
     polls = 0
     while bpftrace.poll() is None:
         pids = [pid] if pid is not None else children(bpftrace.pid)
         for child in pids:
             symbolizer.snapshot(child, None if pid is not None
                                 else interpreter)
-        if symbolizer.maps:
+        if any(symbolizer.loaded(child) for child in pids):
             polls += 1
         time.sleep(0.5 if pid is not None else 0.005 if polls < 40
                    else 0.05)
