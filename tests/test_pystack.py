@@ -468,6 +468,17 @@ class PystackTest(unittest.TestCase):
             time.sleep(0.05)
         return condition()
 
+    def test_program_too_large_says_which_options(self):
+        # The kernel refuses the walker past some size: bpftrace says only
+        # "Error loading program"; the tool says what makes it grow.
+        proc = self.tool(["--probe", "usdt:PYTHON:python:audit",
+                          "--max-entries", "100000"],
+                         self.write("noop.py", "pass\n"))
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("Error loading program", proc.stderr)
+        self.assertIn("the kernel refused the program, which grows with "
+                      "--max-entries (100000; default 1000)", proc.stderr)
+
     def test_print_program(self):
         # The program shows its offsets by name, and needs no target.
         proc = run([TOOL_PYTHON, TOOL, "--probe",

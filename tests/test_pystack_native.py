@@ -492,6 +492,18 @@ class ToolsTest(NativeStacksBase):
         self.check_python(rows, recorded, proc.stderr)
 
 
+    def test_walker_limits_passed_on(self):
+        # alloc passes --max-entries to pystack.py, whose error says what
+        # to lower; a failed run prints no tables.
+        workload = self.write("noop.py", "pass\n")
+        proc = run([PYTHON, "-m", "usdt.tools", "alloc", "--max-entries",
+                    "100000", "-c", "%s %s" % (PYTHON, workload)],
+                   timeout=300)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--max-entries (100000; default 1000)", proc.stderr)
+        self.assertNotIn("Bytes allocated", proc.stdout)
+
+
 def remove_perf_map(pid):
     """Remove /tmp/perf-PID.map, if the process wrote one."""
     if os.path.exists(perf_map_path(pid)):

@@ -541,15 +541,34 @@ def run_pystack(args, pystack_args):
             return proc.returncode, f.read()
 
 
+def add_walker_limits(parser):
+    """The options of pystack.py's limits, for a tool that runs it."""
+    parser.add_argument("--max-depth", type=int, metavar="N",
+                        help="Python frames kept per stack (default 64)")
+    parser.add_argument("--max-entries", type=int, metavar="N",
+                        help="location-table entries decoded per stack, "
+                        "for the frames' lines (default 1000; more for "
+                        "long functions, as far as the kernel accepts "
+                        "the program)")
+
+
+def walker_options(args):
+    """pystack.py's limits that args gives (--max-depth, --max-entries,
+    --max-native)."""
+    options = []
+    for option in ("max_depth", "max_entries", "max_native"):
+        if getattr(args, option, None) is not None:
+            options += ["--" + option.replace("_", "-"),
+                        str(getattr(args, option))]
+    return options
+
+
 def stacks_command(args):
     options = ["--probe", args.probe]
     for flag in ("folded", "json", "native"):
         if getattr(args, flag):
             options.append("--" + flag.replace("_", "-"))
-    for option in ("max_depth", "max_native"):
-        if getattr(args, option) is not None:
-            options += ["--" + option.replace("_", "-"),
-                        str(getattr(args, option))]
+    options += walker_options(args)
     status, text = run_pystack(args, options)
     if args.filter and args.json and text.strip():
         rows = [row for row in json.loads(text)
@@ -570,7 +589,7 @@ def alloc_command(args):
     function and file of the innermost Python frame, or per stack
     (--stacks), or folded."""
     options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
-               "arg2"]
+               "arg2", *walker_options(args)]
     if args.live:
         options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
                     "arg0"]
@@ -587,10 +606,13 @@ def alloc_command(args):
         # The -c command's own output, then the tables.
         status, text = run_pystack(args, options + ["--json", "--output",
                                                     counts])
-        rows = []
-        if os.path.exists(counts):
-            with open(counts, encoding="utf-8") as f:
-                rows = json.load(f)
+        if not os.path.exists(counts):
+            # pystack.py said why (bpftrace's error, a refusal): no
+            # tables of nothing.
+            write(args, text)
+            return status or 2
+        with open(counts, encoding="utf-8") as f:
+            rows = json.load(f)
     tables = alloc_tables(rows, args.live, args.by, args.top, args.filter)
     write(args, text + tables)
     if args.live and args.command and not rows:
@@ -692,6 +714,10 @@ def native_profile(args):
 
 
 def profile_command(args):
+    if args.native and walker_options(args):
+        raise Error("--max-depth and --max-entries limit the Python stacks "
+                    "that pystack.py walks; --native takes perf's native "
+                    "stacks instead")
     if args.native:
         status, text = native_profile(args)
     else:
@@ -701,7 +727,7 @@ def profile_command(args):
             where = "pid == cpid"
         status, text = run_pystack(args, ["--probe", "profile:hz:%d"
                                           % args.hz, "--filter", where,
-                                          "--folded"])
+                                          "--folded", *walker_options(args)])
     if status and not text:
         # pystack.py said why (a free-threaded build, bpftrace's error).
         return status
@@ -818,9 +844,7 @@ def main(argv=None):
                              help="whole stacks: the native frames, each "
                              "activation of the evaluator replaced by the "
                              "Python frames it runs")
-            sub.add_argument("--max-depth", type=int, metavar="N",
-                             help="Python frames kept per stack (default "
-                             "64)")
+            add_walker_limits(sub)
             sub.add_argument("--max-native", type=int, metavar="N",
                              help="native frames kept per stack with "
                              "--native (default 127)")
@@ -832,6 +856,7 @@ def main(argv=None):
                              help="only this table (default: all three)")
             sub.add_argument("--top", type=int, default=20, metavar="N",
                              help="rows per table (default %(default)s)")
+            add_walker_limits(sub)
             form = sub.add_mutually_exclusive_group()
             form.add_argument("--stacks", action="store_true",
                               help="instead, the bytes per Python stack")
@@ -843,6 +868,7 @@ def main(argv=None):
                              "%(default)s)")
             sub.add_argument("--svg", metavar="FILE",
                              help="also draw the flame graph in FILE")
+            add_walker_limits(sub)
             sub.add_argument("--native", action="store_true",
                              help="native stacks, with the Python functions "
                              "named (py::) in a process started with -X "
