@@ -1342,7 +1342,7 @@ def watch_mappings(bpftrace, pid, symbolizer, interpreter):
     after its exec() while it attaches (46 ms for one probe here, more
     for many and on a busy machine): the interpreter is mapped, its
     libraries not yet, and the command has not run.  Every 500 ms for a
-    process that runs already."""
+    process that runs already, and once more when bpftrace has ended."""
     polls = 0
     while bpftrace.poll() is None:
         pids = [pid] if pid is not None else children(bpftrace.pid)
@@ -1353,6 +1353,10 @@ def watch_mappings(bpftrace, pid, symbolizer, interpreter):
             polls += 1
         time.sleep(0.5 if pid is not None else 0.005 if polls < 40
                    else 0.05)
+    if pid is not None:
+        # A last read, after every hit: an address it does not hold was
+        # not code (the process runs on; a command has exited).
+        symbolizer.snapshot(pid)
 
 
 def children(pid):
