@@ -121,14 +121,15 @@ class AllocProbes(unittest.TestCase):
         self.check_pointer_rule(maps)
         self.check_estimate(maps["phase_weight"], truth["total"], 0.15)
 
-    def check_live(self, mode):
-        """The live estimate at the end of the phase of mode, at 16 KiB
-        (-X usdt_alloc_interval's variable), within 10 % of
-        tracemalloc's."""
-        maps, truth = run_workload(mode, interval=16384)
+    def check_live(self, mode, interval=16384):
+        """The live estimate at the end of the phase of mode, at interval
+        (-X usdt_alloc_interval's variable; 16 KiB), within 10 % of
+        tracemalloc's; the run's maps."""
+        maps, truth = run_workload(mode, interval=interval)
         self.check_pointer_rule(maps)
         live = maps["phase_weight"] - maps.get("phase_freed", 0)
         self.check_estimate(live, truth["live"], 0.10)
+        return maps
 
     def test_live(self):
         # 8000 samples.
@@ -153,10 +154,7 @@ class AllocProbes(unittest.TestCase):
         # estimates still right.
         crossed = []
         for interval in (16384, 8 * 16384):
-            maps, truth = run_workload("live", interval=interval)
-            self.check_pointer_rule(maps)
-            live = maps["phase_weight"] - maps.get("phase_freed", 0)
-            self.check_estimate(live, truth["live"], 0.10)
+            maps = self.check_live("live", interval)
             self.assertEqual(maps["phase_weight"] % interval, 0)
             crossed.append(maps["phase_weight"] // interval)
         ratio = crossed[0] / crossed[1]

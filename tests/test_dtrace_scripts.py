@@ -1003,7 +1003,6 @@ GC_REFERENCE = textwrap.dedent("""\
 """)
 
 
-
 # Ground truths seen in the traced process itself, by a sitecustomize
 # module its environment puts on its path (site imports it at start-up,
 # before the workload runs): what the process's own gc and audit hooks
@@ -1038,10 +1037,9 @@ def truth_env(name):
     SITECUSTOMIZE, if it has one."""
     if name not in SITECUSTOMIZE:
         return None
-    directory = os.path.join(_tmp, "truth-" + name)
-    os.mkdir(directory)
-    with open(os.path.join(directory, "sitecustomize.py"), "w") as f:
-        f.write(SITECUSTOMIZE[name])
+    os.mkdir(os.path.join(_tmp, "truth-" + name))
+    directory = os.path.dirname(write(os.path.join(
+        "truth-" + name, "sitecustomize.py"), SITECUSTOMIZE[name]))
     path = os.environ.get("PYTHONPATH")
     return dict(os.environ, GATE_GO=GO, PYTHONPATH=directory + (
         os.pathsep + path if path else ""))

@@ -847,7 +847,7 @@ def main(argv=None):
             add_walker_limits(sub)
             sub.add_argument("--max-native", type=int, metavar="N",
                              help="native frames kept per stack with "
-                             "--native (default 127)")
+                             "--native (default 128)")
         elif tool.name == "alloc":
             sub.add_argument("--live", action="store_true",
                              help="the bytes still allocated when tracing "

@@ -994,8 +994,7 @@ class Symbolizer:
         """Whether the mappings of pid were read after a hit at time_ns:
         an address they do not hold was then not code.  A hit after the
         last read may be in a library mapped since."""
-        return (pid in self.maps and time_ns is not None
-                and self.read_at.get(pid, 0) > time_ns)
+        return time_ns is not None and self.read_at.get(pid, 0) > time_ns
 
     def snapshot(self, pid, must_map=None):
         read_at = time.monotonic_ns()
