@@ -92,6 +92,60 @@ COLLECTIONS = textwrap.dedent("""\
     sorted([2, 1], key=key)
     """)
 
+# Writes from the callbacks of sys.monitoring and of sys.settrace: the
+# interpreter calls them from its instrumented instructions, which the
+# release build's evaluator runs in its .cold part.
+CALLBACKS = textwrap.dedent("""\
+    import os, sys
+    from recorder import record
+
+    FD = 77
+    os.dup2(os.open(os.devnull, os.O_WRONLY), FD)
+    M = sys.monitoring
+    E = M.events
+
+    def on_line(code, line):
+        record(os.write(FD, b"l"))
+
+    def on_branch(code, offset, destination):
+        record(os.write(FD, b"b"))
+
+    def on_raise(code, offset, exception):
+        record(os.write(FD, b"r"))
+
+    def on_return(code, offset, value):
+        record(os.write(FD, b"v"))
+
+    def tracer(frame, event, arg):
+        record(os.write(FD, b"t"))
+        return tracer
+
+    def work(n):
+        total = 0
+        for i in range(n):
+            try:
+                if i % 2:
+                    raise ValueError(i)
+                total += i
+            except ValueError:
+                total -= 1
+        return total
+
+    M.use_tool_id(3, "test")
+    for event, callback in ((E.LINE, on_line), (E.BRANCH, on_branch),
+                            (E.RAISE, on_raise), (E.PY_RETURN, on_return)):
+        M.register_callback(3, event, callback)
+    M.set_local_events(3, work.__code__, E.LINE | E.BRANCH | E.PY_RETURN)
+    M.set_events(3, E.RAISE)
+    work(3)
+    M.set_events(3, 0)
+    M.set_local_events(3, work.__code__, 0)
+    M.free_tool_id(3)
+    sys.settrace(tracer)
+    work(3)
+    sys.settrace(None)
+    """)
+
 # gdb's side: at each stop, the frames that are on the stack (not those
 # inlined, nor those that made a tail call, which gdb shows from the debug
 # information), innermost first, as "GDBFRAME depth name|library" lines, then "GDBEND".
@@ -105,8 +159,15 @@ GDB_DUMP = textwrap.dedent("""\
             if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
                 library = (gdb.solib_name(frame.pc())
                            or gdb.current_progspace().filename)
-                print("GDBFRAME %d %s|%s" % (depth, frame.name() or "??",
-                                             os.path.realpath(library)))
+                # The ELF symbol of the evaluator's frames: the debug
+                # information names its .cold part as the function.
+                symbol = ""
+                if frame.name() == "_PyEval_EvalFrameDefault":
+                    symbol = gdb.execute("info symbol %d" % frame.pc(),
+                                         to_string=True).split(" ")[0]
+                print("GDBFRAME %d %s|%s|%s" % (depth, frame.name() or "??",
+                                                os.path.realpath(library),
+                                                symbol))
                 depth += 1
             frame = frame.older()
         print("GDBEND")
@@ -178,10 +239,13 @@ class NativeStacksBase(unittest.TestCase):
         proc = run_gdb(GDB_DUMP + commands + "run\n", *command)
         out = proc.stdout.decode("utf-8", "replace")
         stacks, stack = [], []
+        self.gdb_evaluator_symbols = collections.Counter()
         for line in out.splitlines():
             if line.startswith("GDBFRAME "):
-                name, _, library = line.split(" ", 2)[2].partition("|")
+                name, library, symbol = line.split(" ", 2)[2].split("|")
                 stack.append((normal(name), library))
+                if symbol:
+                    self.gdb_evaluator_symbols[symbol] += 1
             elif line == "GDBEND":
                 stacks.append(stack)
                 stack = []
@@ -297,6 +361,32 @@ class NativeStacksTest(NativeStacksBase):
                       for name, _ in stack)][-len(recorded):]
         self.assertEqual(len(recorded), 3)
         self.check_native(rows, gdb, 0)
+
+    def test_instrumentation_callbacks_against_traceback_and_gdb(self):
+        # In the release build (PGO), the evaluator calls these callbacks
+        # from its .cold part: gdb must see that there, and pystack.py
+        # must take it for the evaluator as well.
+        workload = self.workload(CALLBACKS)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, _ = self.pystack(
+            ["--probe", "tracepoint:syscalls:sys_enter_write",
+             "--filter", "args->fd == 77"], command)
+        with open(expected) as f:
+            recorded = json.load(f)
+        self.assertGreater(len(recorded), 20)
+        self.check_python(rows, recorded)
+        gdb = self.gdb_stacks("catch syscall write\n"
+                              "condition 1 $rdi == 77 && $rax == -38\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        self.assertEqual(len(gdb), len(recorded))
+        self.check_native(rows, gdb, 1)
+        nm = subprocess.run(["nm", PYTHON], capture_output=True, text=True)
+        if re.search(r" _PyEval_EvalFrameDefault\.cold$", nm.stdout,
+                     re.MULTILINE):
+            self.assertIn("_PyEval_EvalFrameDefault.cold",
+                          self.gdb_evaluator_symbols)
 
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
