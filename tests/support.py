@@ -339,11 +339,15 @@ SETTRACE_LINES = textwrap.dedent("""\
     del sys.argv[1]
     top = os.path.dirname(target)
     counts = collections.defaultdict(collections.Counter)
+    # Threads run the trace function at the same time in a free-threaded
+    # build, where += on the counts would lose some.
+    lock = threading.Lock()
     def trace(frame, event, arg):
         if not frame.f_code.co_filename.startswith(top + os.sep):
             return None
         if event == "line":
-            counts[frame.f_code.co_filename][frame.f_lineno] += 1
+            with lock:
+                counts[frame.f_code.co_filename][frame.f_lineno] += 1
         return trace
     sys.path.insert(0, top)
     if what == "all":
