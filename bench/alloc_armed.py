@@ -12,15 +12,20 @@ Two measures, each unarmed against armed, ROUNDS times in alternation:
                           the traps (uprobes do not work under valgrind);
   --wall                  bpftrace -c with a program that counts both
                           probes, against a plain run: the workload's timed
-                          region (BENCH_TIMING), traps included.  On a
-                          shared machine its noise can exceed the effect:
-                          the range of the ratios is printed with the
-                          median.
+                          region (BENCH_TIMING), traps included, in wall
+                          time and in the process's CPU time (user and
+                          system: the kernel's time in the traps and the
+                          BPF program is the traced thread's system time;
+                          time the process waits for a CPU is in neither).
+                          On a shared machine their noise can exceed the
+                          effect: the range of the ratios is printed with
+                          the median.
 
 usage: python3 bench/alloc_armed.py [--python PATH] [--rounds N] [--wall]
        [--scale S] [--interval BYTES] [WORKLOAD ...]
 One line per workload: the median armed/unarmed ratio minus one, the
-min-max range of the rounds, and (--wall) the probes' hits per armed run.
+min-max range of the rounds, and (--wall) the same for CPU time and the
+probes' hits per armed run.
 """
 
 import argparse
@@ -103,11 +108,12 @@ def one_run(python, workload, armed, scale, interval, tmp):
     if proc.returncode != 0:
         raise SystemExit("%s failed (exit %d): %s %s" % (" ".join(cmd), proc.returncode, proc.stderr, proc.stdout))
     elapsed = int(re.search(r"elapsed_ns=(\d+)", proc.stderr).group(1))
+    cpu = int(re.search(r"cpu_ns=(\d+)", proc.stderr).group(1))
     hits = {name: int(n) for name, n in
             re.findall(r"^@(\w+): (\d+)$", proc.stdout, re.M)}
     if armed and "attached" not in proc.stdout:
         raise SystemExit("bpftrace did not attach: %s" % proc.stderr)
-    return elapsed, hits
+    return elapsed, cpu, hits
 
 
 def main():
@@ -147,23 +153,30 @@ def main():
                          unarmed), flush=True)
             return 0
         print("# workload: wall armed/unarmed - 1, median [min, max] of the "
-              "rounds; hits per armed run")
+              "rounds; the same for CPU time; hits per armed run")
         for workload in args.workloads:
             runs = {False: [], True: []}
+            cpus = {False: [], True: []}
             hits = []
             for _ in range(args.rounds):
                 for armed in (False, True):
-                    wall, h = one_run(python, workload, armed, args.scale,
-                                      args.interval, tmp)
+                    wall, cpu, h = one_run(python, workload, armed,
+                                           args.scale, args.interval, tmp)
                     runs[armed].append(wall)
+                    cpus[armed].append(cpu)
                     if armed:
                         hits.append(h)
             ratios = [a / u for u, a in zip(runs[False], runs[True])]
+            cpu_ratios = [a / u for u, a in zip(cpus[False], cpus[True])]
             allocs = statistics.median(h.get("allocs", 0) for h in hits)
             frees = statistics.median(h.get("frees", 0) for h in hits)
-            print("%-15s %+6.2f %% [%+.2f, %+.2f]  alloc %d free %d"
+            print("%-15s wall %+6.2f %% [%+.2f, %+.2f]  "
+                  "cpu %+6.2f %% [%+.2f, %+.2f]  alloc %d free %d"
                   % (workload, 100 * (statistics.median(ratios) - 1),
                      100 * (min(ratios) - 1), 100 * (max(ratios) - 1),
+                     100 * (statistics.median(cpu_ratios) - 1),
+                     100 * (min(cpu_ratios) - 1),
+                     100 * (max(cpu_ratios) - 1),
                      allocs, frees), flush=True)
 
 if __name__ == "__main__":
