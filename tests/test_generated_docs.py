@@ -71,7 +71,7 @@ class PerformanceReport(unittest.TestCase):
         with open(REPORT) as f:
             report = f.read()
         self.assertNotIn(self.made_in + "/", report)
-        self.assertIn("`build/obj/python`", report)
+        self.assertIn("`build/3.13/obj/python`", report)
 
     def test_renderer_writes_repository_paths_relative(self):
         # The same results, as if made in a checkout at ELSEWHERE.
