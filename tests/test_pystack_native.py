@@ -304,8 +304,12 @@ class NativeStacksBase(unittest.TestCase):
 
 class NativeStacksTest(NativeStacksBase):
 
-    def test_writes_against_traceback_and_gdb(self):
-        workload = self.workload(WRITES)
+    def check_writes(self, text):
+        """Run the workload *text*, which records its writes to file
+        descriptor 77: the merged stacks of those writes against the
+        recorded ones and gdb's, as many of each; the rows and the number
+        of writes."""
+        workload = self.workload(text)
         expected = os.path.join(self.tmp, "expected.json")
         command = [PYTHON, workload, expected]
         rows, _ = self.pystack(
@@ -313,14 +317,18 @@ class NativeStacksTest(NativeStacksBase):
              "--filter", "args->fd == 77"], command)
         with open(expected) as f:
             recorded = json.load(f)
-        self.assertEqual(len(recorded), 12)
         self.check_python(rows, recorded)
         gdb = self.gdb_stacks("catch syscall write\n"
                               "condition 1 $rdi == 77 && $rax == -38\n"
                               "commands 1\nsilent\npython dump_stack()\n"
                               "continue\nend\n", command)
-        self.assertEqual(len(gdb), 12)
+        self.assertEqual(len(gdb), len(recorded))
         self.check_native(rows, gdb, 1)
+        return rows, len(recorded)
+
+    def test_writes_against_traceback_and_gdb(self):
+        rows, writes = self.check_writes(WRITES)
+        self.assertEqual(writes, 12)
         # The sort key in the true order: outer, then sorted's C code,
         # then key; and the same for map.
         for row in rows:
@@ -366,22 +374,8 @@ class NativeStacksTest(NativeStacksBase):
         # In the release build (PGO), the evaluator calls these callbacks
         # from its .cold part: gdb must see that there, and pystack.py
         # must take it for the evaluator as well.
-        workload = self.workload(CALLBACKS)
-        expected = os.path.join(self.tmp, "expected.json")
-        command = [PYTHON, workload, expected]
-        rows, _ = self.pystack(
-            ["--probe", "tracepoint:syscalls:sys_enter_write",
-             "--filter", "args->fd == 77"], command)
-        with open(expected) as f:
-            recorded = json.load(f)
-        self.assertGreater(len(recorded), 20)
-        self.check_python(rows, recorded)
-        gdb = self.gdb_stacks("catch syscall write\n"
-                              "condition 1 $rdi == 77 && $rax == -38\n"
-                              "commands 1\nsilent\npython dump_stack()\n"
-                              "continue\nend\n", command)
-        self.assertEqual(len(gdb), len(recorded))
-        self.check_native(rows, gdb, 1)
+        _, writes = self.check_writes(CALLBACKS)
+        self.assertGreater(writes, 20)
         nm = subprocess.run(["nm", PYTHON], capture_output=True, text=True)
         if re.search(r" _PyEval_EvalFrameDefault\.cold$", nm.stdout,
                      re.MULTILINE):
