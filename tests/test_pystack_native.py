@@ -376,7 +376,8 @@ class NativeStacksTest(NativeStacksBase):
         # must take it for the evaluator as well.
         _, writes = self.check_writes(CALLBACKS)
         self.assertGreater(writes, 20)
-        nm = subprocess.run(["nm", PYTHON], capture_output=True, text=True)
+        nm = run(["nm", PYTHON])
+        self.assertEqual(nm.returncode, 0, nm.stderr)
         if re.search(r" _PyEval_EvalFrameDefault\.cold$", nm.stdout,
                      re.MULTILINE):
             self.assertIn("_PyEval_EvalFrameDefault.cold",
