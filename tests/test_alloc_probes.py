@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -88,9 +89,6 @@ def run_workload(mode, interval=None):
     return maps, truth
 
 
-@unittest.skipIf(free_threaded(),
-                 "the free-threaded build does not wrap its allocators "
-                 "(Python/pydtrace_alloc.c)")
 class AllocProbes(unittest.TestCase):
 
     def check_pointer_rule(self, maps):
@@ -163,8 +161,9 @@ class AllocProbes(unittest.TestCase):
 
 
 @unittest.skipIf(free_threaded(),
-                 "the free-threaded build does not wrap its allocators "
-                 "(Python/pydtrace_alloc.c)")
+                 "pystack.py refuses the free-threaded build (its frames "
+                 "and code objects are not checked): test_pystack checks "
+                 "the refusal")
 class PerSite(unittest.TestCase):
     """pystack.py --weight arg2 at otel_memory:alloc: the bytes allocated
     per Python stack (in-BPF walker), against tracemalloc per line."""
@@ -229,8 +228,9 @@ class PerSite(unittest.TestCase):
 
 
 @unittest.skipIf(free_threaded(),
-                 "the free-threaded build does not wrap its allocators "
-                 "(Python/pydtrace_alloc.c)")
+                 "pystack.py refuses the free-threaded build (its frames "
+                 "and code objects are not checked): test_pystack checks "
+                 "the refusal")
 class ToolTables(unittest.TestCase):
     """python -m usdt.tools alloc: its tables by line, function and file,
     against tracemalloc per line, and against each other."""
@@ -323,9 +323,6 @@ def allocator_functions(pid):
     return [name.decode() for name in names]
 
 
-@unittest.skipIf(free_threaded(),
-                 "the free-threaded build does not wrap its allocators "
-                 "(Python/pydtrace_alloc.c)")
 class WrapAndUnwrap(unittest.TestCase):
     """Arming at run time, by the semaphore alone (as the kernel sets it
     for a tracer), with tracemalloc started and stopped on both sides: the
@@ -399,10 +396,85 @@ class WrapAndUnwrap(unittest.TestCase):
         self.arm(-1)
         self.assertEqual(self.command("quit"), "bye")
 
+    def test_wrap_unwrap_while_threads_allocate(self):
+        # Four threads allocate without pause (in the free-threaded build
+        # at the same time as the thread that wraps): the wrapper goes on
+        # and off five times under them, then they stop and find every
+        # round's data intact.
+        plain = allocator_functions(self.proc.pid)
+        self.assertEqual(self.command("churn_start"), "churning")
+        for _ in range(5):
+            self.arm(1)
+            self.assertEqual(self.wait_functions(self.WRAPPER),
+                             self.WRAPPER)
+            self.arm(-1)
+            self.assertEqual(self.wait_functions(plain), plain)
+        self.assertEqual(self.command("churn_stop"),
+                         "churned True intact True")
+        self.assertEqual(self.command("quit"), "bye")
+        self.assertEqual(self.proc.wait(timeout=60), 0)
+
+    def test_swapped_under_the_allocators_lock(self):
+        # gdb stops at each swap of a domain's functions and reads what
+        # holds the other threads out of the allocators: the allocators'
+        # mutex, and the world stopped (free-threaded build) or the GIL
+        # held (default build).
+        held = ("_PyRuntime.stoptheworld.world_stopped" if free_threaded()
+                else "_PyRuntime.interpreters.main->ceval.gil->locked")
+        script = os.path.join(self.enterContext(
+            tempfile.TemporaryDirectory(prefix="cpython-usdt-test-")),
+            "swaps.gdb")
+        with open(script, "w") as f:
+            f.write("set pagination off\n"
+                    "break store_functions\n"
+                    "commands\n"
+                    "silent\n"
+                    'printf "SWAP mutex %%d held %%d\\n", '
+                    "_PyRuntime.allocators.mutex._bits & 1, %s\n"
+                    "continue\n"
+                    "end\n"
+                    'echo READY\\n\n'
+                    "continue\n" % held)
+        gdb = start(self, ["gdb", "-batch", "-nx", "-p", str(self.proc.pid),
+                           "-x", script], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT)
+        output = []
+        for line in gdb.stdout:
+            output.append(line)
+            if line == "READY\n":
+                break
+        else:
+            self.fail("gdb: %s" % "".join(output))
+        self.arm(1)
+        self.assertEqual(self.command("alloc"), "allocated")
+        swaps = []
+
+        def read_swaps(count):
+            for line in gdb.stdout:
+                output.append(line)
+                if line.startswith("SWAP"):
+                    swaps.append(line.split()[1:])
+                    if len(swaps) == count:
+                        return
+            self.fail("gdb: %s" % "".join(output))
+
+        read_swaps(3)
+        self.arm(-1)
+        read_swaps(6)
+        self.assertEqual(self.command("quit"), "bye")
+        self.assertEqual(self.proc.wait(timeout=60), 0)
+        gdb.wait(timeout=60)
+        self.assertEqual(swaps, [["mutex", "1", "held", "1"]] * 6,
+                         "".join(output))
+
     def test_wrap_unwrap_with_tracemalloc(self):
         plain = allocator_functions(self.proc.pid)
-        self.assertEqual(plain, ["_PyMem_RawMalloc", "_PyObject_Malloc",
-                                 "_PyObject_Malloc"])
+        if free_threaded():
+            self.assertEqual(plain, ["_PyMem_RawMalloc", "_PyMem_MiMalloc",
+                                     "_PyObject_MiMalloc"])
+        else:
+            self.assertEqual(plain, ["_PyMem_RawMalloc", "_PyObject_Malloc",
+                                     "_PyObject_Malloc"])
         self.assertEqual(self.command("tm_start"), "tracing True")
         traced = allocator_functions(self.proc.pid)
         self.assertNotEqual(traced, plain)

@@ -117,8 +117,7 @@ class ArmedEqualsUnarmed(unittest.TestCase):
             "nomemory raised True",
             name,
         ])
-        if not free_threaded():
-            self.assertFired(hits, "otel_memory:alloc", "otel_memory:free")
+        self.assertFired(hits, "otel_memory:alloc", "otel_memory:free")
 
     def test_instance_probes_call_no_eq(self):
         # A str-subclass "__module__" key whose __eq__ raises and creates

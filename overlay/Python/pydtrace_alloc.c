@@ -41,9 +41,13 @@
  * is written first when it comes off), so that a thread that reads the
  * allocator half-way through gets a working pair either way.
  *
- * Not in the free-threaded build: its mimalloc allocators are called by
- * threads that run at the same time, which the per-domain wrapper below does
- * not serialize; there the probes stay declared and never fire.
+ * In the free-threaded build, the mem and object domains are called by
+ * threads that run at the same time: the wrapper goes on and off with the
+ * world stopped (as the GIL does it in the default build), and everything
+ * the wrapper shares between threads is per-thread (the countdown) or
+ * behind the set's lock.  Threads without a thread state, which may call
+ * the raw domain even while the world is stopped, get a working pair
+ * either way, as above.
  */
 
 #include "Python.h"
@@ -59,10 +63,6 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(WITH_DTRACE) && !defined(Py_GIL_DISABLED)
-#  define ALLOC_SUPPORTED
-#endif
-
 #ifdef WITH_DTRACE
 
 /* Sampled allocations that were not reported because the set of sampled
@@ -75,9 +75,6 @@ _PyDTrace_AllocArmed(void)
     return OTEL_MEMORY_ALLOC_ENABLED() || OTEL_MEMORY_FREE_ENABLED();
 }
 
-#endif  /* WITH_DTRACE */
-
-#ifdef ALLOC_SUPPORTED
 
 #define DEFAULT_INTERVAL (512 * 1024)
 #define N_DOMAINS 3
@@ -93,7 +90,8 @@ _PyDTrace_AllocArmed(void)
 static uint64_t sampling_interval = DEFAULT_INTERVAL;
 
 /* The allocator under the wrapper of each domain, and whether the wrapper
- * is on.  Written with ALLOCATORS_MUTEX held and the GIL held. */
+ * is on.  Written with ALLOCATORS_MUTEX held and the GIL held (the world
+ * stopped in the free-threaded build). */
 static struct {
     PyMemAllocatorEx below;
     int installed;
@@ -532,10 +530,29 @@ forget_lost_wrappers(void)
     return lost;
 }
 
+/* The allocators' mutex first, then the world (no-ops but the mutex in
+ * the default build, where the GIL is held): a thread that waits for the
+ * mutex parks detached and so lets the world stop, whereas the mutex
+ * locked with the world stopped could have been handed to a parked thread
+ * that cannot run again until the world starts. */
+static void
+allocators_lock(void)
+{
+    PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    _PyEval_StopTheWorldAll(&_PyRuntime);
+}
+
+static void
+allocators_unlock(void)
+{
+    _PyEval_StartTheWorldAll(&_PyRuntime);
+    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+}
+
 static void
 wrap(void)
 {
-    PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    allocators_lock();
     int lost = forget_lost_wrappers();
     for (int d = 0; d < N_DOMAINS; d++) {
         if (layers[d].installed) {
@@ -547,7 +564,7 @@ wrap(void)
         /* cur->ctx stays: the wrapper ignores it. */
         store_functions(cur, &hooks[d]);
     }
-    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+    allocators_unlock();
     if (lost) {
         set_clear();
     }
@@ -557,7 +574,7 @@ static void
 unwrap(void)
 {
     int was_installed = 0;
-    PyMutex_Lock(&_PyRuntime.allocators.mutex);
+    allocators_lock();
     was_installed = forget_lost_wrappers();
     for (int d = 0; d < N_DOMAINS; d++) {
         if (!layers[d].installed) {
@@ -571,7 +588,7 @@ unwrap(void)
         store_functions(cur, &layers[d].below);
         layers[d].installed = 0;
     }
-    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+    allocators_unlock();
     /* No free of these pointers will be reported: forget them, so that a
      * later tracer is not sent a free for an address it never saw.  (Not
      * touched at all while nothing was ever installed.) */
@@ -589,7 +606,13 @@ _PyDTrace_AllocApply(PyThreadState *tstate, int armed)
     if (armed) {
         wrap();
     }
-    else {
+    else if (layers[PYMEM_DOMAIN_RAW].installed
+             || layers[PYMEM_DOMAIN_MEM].installed
+             || layers[PYMEM_DOMAIN_OBJ].installed)
+    {
+        /* Only then: the watcher applies the allocation probes' state
+         * whenever any probe is armed or disarmed, and the free-threaded
+         * build would stop the world for nothing. */
         unwrap();
     }
 }
@@ -604,33 +627,4 @@ _PyDTrace_AllocSetInterval(uint64_t interval)
     return 0;
 }
 
-#elif defined(WITH_DTRACE)
-
-/* The probes' sites, so that every build declares them.  Nothing calls
- * this function; 'used' keeps it through LTO. */
-static __attribute__((used)) void
-alloc_probe_sites(void)
-{
-    OTEL_MEMORY_ALLOC((void *)NULL, (uint64_t)0, (uint64_t)0);
-    OTEL_MEMORY_FREE((void *)NULL);
-}
-
-PyMemAllocatorEx *
-_PyDTrace_AllocBelow(PyMemAllocatorDomain Py_UNUSED(domain),
-                     PyMemAllocatorEx *cur)
-{
-    return cur;
-}
-
-void
-_PyDTrace_AllocApply(PyThreadState *Py_UNUSED(tstate), int Py_UNUSED(armed))
-{
-}
-
-int
-_PyDTrace_AllocSetInterval(uint64_t interval)
-{
-    return interval == 0 ? -1 : 0;
-}
-
-#endif  /* ALLOC_SUPPORTED */
+#endif  /* WITH_DTRACE */
