@@ -20,9 +20,17 @@ Two measures, each unarmed against armed, ROUNDS times in alternation:
                           On a shared machine their noise can exceed the
                           effect: the range of the ratios is printed with
                           the median.
+  --paired                the same two runs at the same time, each pinned
+                          to its own CPU (taskset; the CPUs swapped every
+                          round), their timed regions started together
+                          (BENCH_GO, once bpftrace has attached): a slow
+                          phase of the machine then slows both.  With
+                          --null, both runs are unarmed: the method's own
+                          spread, to read the armed ratios against.
 
-usage: python3 bench/alloc_armed.py [--python PATH] [--rounds N] [--wall]
-       [--scale S] [--interval BYTES] [WORKLOAD ...]
+usage: python3 bench/alloc_armed.py [--python PATH] [--rounds N]
+       [--wall | --paired [--null]] [--scale S] [--interval BYTES]
+       [WORKLOAD ...]
 One line per workload: the median armed/unarmed ratio minus one, the
 min-max range of the rounds, and (--wall) the same for CPU time and the
 probes' hits per armed run.
@@ -35,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
@@ -90,12 +99,17 @@ def one_count(python, workload, sems, preload, scale, interval, tmp):
                .group(1).replace(",", ""))
 
 
-def one_run(python, workload, armed, scale, interval, tmp):
+def run_command(python, workload, armed, scale, interval, go=None,
+                cpu=None):
+    """(command, environment) of one timed run."""
     env = dict(os.environ, BENCH_TIMING="1", BENCH_SCALE=str(scale),
                PYTHONHASHSEED="0")
     env.pop("PYTHONUSDTALLOCINTERVAL", None)
+    env.pop("BENCH_GO", None)
     if interval:
         env["PYTHONUSDTALLOCINTERVAL"] = str(interval)
+    if go:
+        env["BENCH_GO"] = go
     cmd = [python, os.path.join(WORKLOADS, workload + ".py")]
     if armed:
         for part in cmd:
@@ -103,17 +117,65 @@ def one_run(python, workload, armed, scale, interval, tmp):
                 raise SystemExit("bpftrace -c splits on spaces: %r" % part)
         cmd = ["bpftrace", "-q", "-e", PROGRAM % {"p": python},
                "-c", " ".join(cmd)]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu)] + cmd
+    return cmd, env
+
+
+def parse_run(cmd, armed, returncode, stdout, stderr):
+    """(elapsed ns, CPU ns, {probe: hits}) of a finished run."""
+    if returncode != 0:
+        raise SystemExit("%s failed (exit %d): %s %s"
+                         % (" ".join(cmd), returncode, stderr, stdout))
+    elapsed = int(re.search(r"elapsed_ns=(\d+)", stderr).group(1))
+    cpu = int(re.search(r"cpu_ns=(\d+)", stderr).group(1))
+    hits = {name: int(n) for name, n in
+            re.findall(r"^@(\w+): (\d+)$", stdout, re.M)}
+    if armed and "attached" not in stdout:
+        raise SystemExit("bpftrace did not attach: %s" % stderr)
+    return elapsed, cpu, hits
+
+
+def one_run(python, workload, armed, scale, interval, tmp):
+    cmd, env = run_command(python, workload, armed, scale, interval)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                           cwd=tmp, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit("%s failed (exit %d): %s %s" % (" ".join(cmd), proc.returncode, proc.stderr, proc.stdout))
-    elapsed = int(re.search(r"elapsed_ns=(\d+)", proc.stderr).group(1))
-    cpu = int(re.search(r"cpu_ns=(\d+)", proc.stderr).group(1))
-    hits = {name: int(n) for name, n in
-            re.findall(r"^@(\w+): (\d+)$", proc.stdout, re.M)}
-    if armed and "attached" not in proc.stdout:
-        raise SystemExit("bpftrace did not attach: %s" % proc.stderr)
-    return elapsed, cpu, hits
+    return parse_run(cmd, armed, proc.returncode, proc.stdout, proc.stderr)
+
+
+def paired_round(python, workload, second_armed, swap, scale, interval,
+                 tmp):
+    """One unarmed run and one run armed (or, with second_armed false,
+    unarmed too) at the same time, on CPUs 0 and 1 (1 and 0 if *swap*),
+    their timed regions started together.  [(elapsed, cpu, hits)] of
+    the first and the second."""
+    go = os.path.join(tmp, "go")
+    for name in os.listdir(tmp):
+        if name.startswith("go"):
+            os.unlink(os.path.join(tmp, name))
+    procs = []
+    for index, armed in enumerate((False, second_armed)):
+        cmd, env = run_command(python, workload, armed, scale, interval,
+                               go=go, cpu=index ^ swap)
+        procs.append((cmd, armed, subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, cwd=tmp)))
+    deadline = time.monotonic() + 120
+    while sum(name.endswith(".ready") for name in os.listdir(tmp)) < 2:
+        if time.monotonic() > deadline or any(
+                p.poll() is not None for _, _, p in procs):
+            for _, _, p in procs:
+                p.kill()
+            raise SystemExit("%s: the runs did not get ready: %s"
+                             % (workload, [p.communicate()
+                                           for _, _, p in procs]))
+        time.sleep(0.01)
+    open(go, "w").close()
+    results = []
+    for cmd, armed, p in procs:
+        stdout, stderr = p.communicate(timeout=1800)
+        results.append(parse_run(cmd, armed, p.returncode, stdout, stderr))
+    return results
 
 
 def main():
@@ -123,18 +185,25 @@ def main():
     parser.add_argument("--scale", type=float, default=None,
                         help="BENCH_SCALE (default 0.1, --wall 1.0)")
     parser.add_argument("--wall", action="store_true")
+    parser.add_argument("--paired", action="store_true")
+    parser.add_argument("--null", action="store_true",
+                        help="--paired with both runs unarmed")
     parser.add_argument("--interval", type=int, default=0,
                         help="PYTHONUSDTALLOCINTERVAL (default: built-in)")
     parser.add_argument("workloads", nargs="*", default=DEFAULT_WORKLOADS)
     args = parser.parse_args()
     python = os.path.abspath(args.python)
+    if args.null and not args.paired:
+        parser.error("--null goes with --paired")
+    if args.wall and args.paired:
+        parser.error("--wall or --paired, not both")
     if args.scale is None:
-        args.scale = 1.0 if args.wall else 0.1
+        args.scale = 1.0 if args.wall or args.paired else 0.1
     print("# %s, %d rounds, scale %s, interval %s"
           % (python, args.rounds, args.scale,
              args.interval or "default (524288)"))
     with tempfile.TemporaryDirectory() as tmp:
-        if not args.wall:
+        if not (args.wall or args.paired):
             print("# workload: instructions armed/unarmed - 1, median "
                   "[min, max] of the rounds; instructions unarmed")
             sems = semaphores(python)
@@ -152,16 +221,28 @@ def main():
                          100 * (min(ratios) - 1), 100 * (max(ratios) - 1),
                          unarmed), flush=True)
             return 0
-        print("# workload: wall armed/unarmed - 1, median [min, max] of the "
-              "rounds; the same for CPU time; hits per armed run")
+        if args.paired:
+            print("# paired: both runs at once, pinned to CPUs 0 and 1 "
+                  "(swapped every round)%s"
+                  % ("; NULL: the second run unarmed too" if args.null
+                     else ""))
+        print("# workload: wall %s/unarmed - 1, median [min, max] of the "
+              "rounds; the same for CPU time; hits per armed run"
+              % ("unarmed" if args.null else "armed"))
         for workload in args.workloads:
             runs = {False: [], True: []}
             cpus = {False: [], True: []}
             hits = []
-            for _ in range(args.rounds):
-                for armed in (False, True):
-                    wall, cpu, h = one_run(python, workload, armed,
-                                           args.scale, args.interval, tmp)
+            for r in range(args.rounds):
+                if args.paired:
+                    pair = paired_round(python, workload, not args.null,
+                                        r % 2, args.scale, args.interval,
+                                        tmp)
+                else:
+                    pair = [one_run(python, workload, armed, args.scale,
+                                    args.interval, tmp)
+                            for armed in (False, True)]
+                for armed, (wall, cpu, h) in zip((False, True), pair):
                     runs[armed].append(wall)
                     cpus[armed].append(cpu)
                     if armed:

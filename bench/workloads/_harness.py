@@ -7,6 +7,9 @@ Environment, set by bench/run.py:
   BENCH_TIMING    print the timed region's duration as elapsed_ns= on
                   stderr, and its CPU time (user and system, of every
                   thread) as cpu_ns= (bench/tools.py)
+  BENCH_GO        a path: before the timed region, create PATH.PID.ready
+                  and wait until PATH exists (bench/alloc_armed.py
+                  --paired starts two processes' timed regions together)
 """
 
 import os
@@ -22,6 +25,11 @@ def bench_main(run, setup=None):
         sys.exit(0)
     if setup is not None:
         setup()
+    go = os.environ.get("BENCH_GO")
+    if go:
+        open("%s.%d.ready" % (go, os.getpid()), "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.0005)
     timing = bool(os.environ.get("BENCH_TIMING"))
     c0 = time.process_time_ns() if timing else 0
     t0 = time.perf_counter_ns()
