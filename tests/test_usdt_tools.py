@@ -25,7 +25,8 @@ import time
 import unittest
 
 from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP,
-                     free_threaded, require_bpftrace, run, start)
+                     assert_tool_refused_free_threaded, free_threaded,
+                     require_bpftrace, run, start)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, py_frame, start_consenting_workload
 
@@ -541,12 +542,7 @@ class ApplicationTest(ToolsTestCase):
                           "--svg", svg, "-o", folded, "-f", "/app/",
                           timeout=300)
         if free_threaded():
-            # pystack.py's walker refuses it, and the tool says only that.
-            self.assertEqual(proc.returncode, 2, proc.stderr)
-            self.assertEqual(proc.stderr.splitlines()[-1],
-                             "pystack: %s is a free-threaded build: not "
-                             "supported (its frames and code objects are "
-                             "not checked)" % PYTHON)
+            assert_tool_refused_free_threaded(self, proc)
             self.assertFalse(os.path.exists(svg))
             return
         self.assertEqual(proc.returncode, 0, proc.stderr)
