@@ -183,7 +183,7 @@ def main():
     parser.add_argument("--python", default=DEFAULT_PYTHON)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--scale", type=float, default=None,
-                        help="BENCH_SCALE (default 0.1, --wall 1.0)")
+                        help="BENCH_SCALE (default 0.1, --wall and --paired 1.0)")
     parser.add_argument("--wall", action="store_true")
     parser.add_argument("--paired", action="store_true")
     parser.add_argument("--null", action="store_true",
