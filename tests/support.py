@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 
@@ -54,6 +55,135 @@ def stop(proc):
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
+
+
+class Hang(AssertionError):
+    """A wait for a process that ended without its answer, its message one
+    line: a deadline passed (cause "timeout"), or a thread of the process
+    stayed in ptrace_stop (cause "ptrace_stop")."""
+
+    def __init__(self, message, cause="timeout"):
+        super().__init__(message)
+        self.cause = cause
+
+
+# readline()'s reads in progress: pipe -> (Event set when done, [line or
+# exception]).  A read that timed out stays here, and the next readline()
+# of the same pipe waits for it, so that no line is lost or reordered.
+_reads = {}
+_reads_lock = threading.Lock()
+
+
+def readline(pipe, timeout, what, watch=None):
+    """pipe.readline() ("" at EOF) of a subprocess's pipe, within timeout
+    seconds; else Hang "timeout: WHAT within TIMEOUT s", WHAT saying what
+    did not come, e.g. "pystat.d -p: the target did not answer 'ping'".
+    watch, if given, is called about 5 times a second while this waits, and
+    may raise (see PtraceWatch).
+
+    A thread of its own reads the line with the pipe's own readline(), so
+    that the pipe's buffers stay whole: after a line came, the pipe can be
+    read as usual (read(), communicate()).  After a Hang, its read goes on
+    until the line or EOF comes; read such a pipe with readline() only
+    (killing the process ends the read)."""
+    with _reads_lock:
+        pending = _reads.get(pipe)
+        if pending is None:
+            pending = _reads[pipe] = (threading.Event(), [])
+            done, box = pending
+
+            def read():
+                try:
+                    box.append(pipe.readline())
+                except BaseException as e:
+                    box.append(e)
+                done.set()
+
+            threading.Thread(target=read, daemon=True,
+                             name="readline %s" % what).start()
+    done, box = pending
+    deadline = time.monotonic() + timeout
+    while not done.wait(max(0, min(0.2, deadline - time.monotonic()))):
+        if watch is not None:
+            watch()
+        if time.monotonic() >= deadline:
+            raise Hang("timeout: %s within %g s" % (what, timeout))
+    with _reads_lock:
+        del _reads[pipe]
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def wait(proc, timeout, what, watch=None, communicate=False):
+    """proc.wait(), or with communicate proc.communicate() (its (stdout,
+    stderr)), within timeout seconds; else Hang "timeout: WHAT within
+    TIMEOUT s".  watch as for readline()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = max(0, min(0.2, deadline - time.monotonic()))
+        try:
+            if communicate:
+                # Retrying communicate() after its timeout loses nothing.
+                return proc.communicate(timeout=step)
+            return proc.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            pass
+        if watch is not None:
+            watch()
+        if time.monotonic() >= deadline:
+            raise Hang("timeout: %s within %g s" % (what, timeout))
+
+
+def ptrace_stopped(pid):
+    """The thread ids of process pid that a tracer stopped: in tracing stop
+    (state "t" in /proc/PID/task/TID/stat) or waiting in the kernel's
+    ptrace_stop() (/proc/PID/task/TID/wchan, which needs root to read);
+    sorted, [] when the process is gone."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return []
+    stopped = []
+    for tid in tids:
+        task = "/proc/%d/task/%s/" % (pid, tid)
+        try:
+            with open(task + "stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+            with open(task + "wchan") as f:
+                wchan = f.read().strip()
+        except (OSError, IndexError):
+            continue  # the thread has just ended
+        if state == "t" or wchan == "ptrace_stop":
+            stopped.append(int(tid))
+    return sorted(stopped)
+
+
+class PtraceWatch:
+    """A watch for readline() and wait(): raises Hang (cause "ptrace_stop")
+    once a thread of process pid has been seen in ptrace_stop at every look
+    for patience seconds.  A tracer stops threads for a moment as it works
+    (DTrace for Linux 2.0.7 keeps a -p process stopped while it starts);
+    DTrace 2.0.7 also, by a bug, leaves one stopped for good, and then the
+    process hangs even after DTrace was killed."""
+
+    def __init__(self, pid, what, patience=15):
+        self.pid = pid
+        self.what = what
+        self.patience = patience
+        self.since = {}
+
+    def __call__(self):
+        now = time.monotonic()
+        self.since = {tid: self.since.get(tid, now)
+                      for tid in ptrace_stopped(self.pid)}
+        stuck = sorted(tid for tid, since in self.since.items()
+                       if now - since >= self.patience)
+        if stuck:
+            raise Hang("ptrace_stop: %s: thread %s of process %d stayed in "
+                       "ptrace_stop for %g s"
+                       % (self.what, ",".join(map(str, stuck)), self.pid,
+                          self.patience), "ptrace_stop")
 
 
 def run_gdb(commands, *args, timeout=300):
