@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -578,8 +579,15 @@ exit $status
 if [ "$2" = subset ]; then
     echo 'Total tests: run=1,234 failures=2 skipped=45'; n=4
 else
+    # Two armed groups, each armed then unarmed: the armed runs count.
+    echo 'regrtest: regrtest (armed-subset): test_a' >&2
     echo 'Total tests: run=500 skipped=7'
-    echo 'Total tests: run=501 skipped=8'; n=5
+    echo 'regrtest: regrtest (unarmed-subset): test_a' >&2
+    echo 'Total tests: run=501 skipped=8'
+    echo 'regrtest: regrtest (armed-subset-without-line): test_b' >&2
+    echo 'Total tests: run=15 failures=1 skipped=1'
+    echo 'regrtest: regrtest (unarmed-subset-without-line): test_b' >&2
+    echo 'Total tests: run=15 failures=1 skipped=1'; n=5
 fi
 [ "${STANDIN_FAIL:-}" != $n ]
 """,
@@ -648,10 +656,23 @@ class CheckAllTest(unittest.TestCase):
         self.top = top
 
     def check_all(self, **env):
+        """The run, and its summary's lines with each tier's duration
+        ("in 0 min 01 s (budget 15 min)") taken out, where it must be."""
         proc = run(self.command, cwd=self.top, env=dict(self.env, **env),
                    timeout=120)
         summary = proc.stderr.rpartition("=== make check: summary\n")[2]
-        return proc, summary.splitlines()
+        lines = []
+        for line in summary.splitlines():
+            if re.match(r"tier \d+ \(.*\): (passed|FAILED)", line):
+                line, n = re.subn(r" in \d+ min \d\d s \(budget \d+ min"
+                                  r"(, OVER its budget)?\):", ":", line)
+                self.assertEqual(n, 1, line)
+            if line.startswith("all tiers: "):
+                self.assertRegex(line, r"^all tiers: \d+ min \d\d s "
+                                 r"\(budget 60 min\)$")
+                continue
+            lines.append(line)
+        return proc, lines
 
     def test_summary(self):
         proc, lines = self.check_all()
@@ -665,8 +686,8 @@ class CheckAllTest(unittest.TestCase):
             "tier 4 (regrtest subset): passed: 1234 tests run, 2 failed, "
             "45 skipped; failures compared with "
             "series/3.13/regrtest-known-failures",
-            "tier 5 (regrtest subset, armed): passed: 500 tests run, "
-            "0 failed, 7 skipped; failures compared with "
+            "tier 5 (regrtest subset, armed): passed: 515 tests run, "
+            "1 failed, 8 skipped; failures compared with "
             "series/3.13/regrtest-known-failures",
             "tier 6 (.deb installed and removed): passed: 3 steps run, "
             "0 failed, 1 skipped",
@@ -710,11 +731,15 @@ class CheckAllTest(unittest.TestCase):
                         self.assertNotIn("not run", line)
 
     def test_left_behind(self):
-        # A python-usdt-* directory or a perf map that was not there before
-        # fails the run and is named; one that was there is not.
+        # A python-usdt-* directory or a perf map that was not there before,
+        # whose process still runs (this one), fails the run and is named;
+        # one that was there is not.
         old = os.path.join(self.systmp, "perf-1.map")
         open(old, "w").close()
-        for name in ("python-usdt-1-2-3-abcdef", "perf-4242.map"):
+        with open("/proc/self/stat") as f:
+            start = f.read().rpartition(") ")[2].split()[19]
+        for name in ("python-usdt-%d-%s-3-abcdef" % (os.getpid(), start),
+                     "perf-%d.map" % os.getpid()):
             with self.subTest(name):
                 leak = os.path.join(self.systmp, name)
                 proc, lines = self.check_all(STANDIN_LEAK=leak)
@@ -724,6 +749,34 @@ class CheckAllTest(unittest.TestCase):
                               "perf-PID.map:" % self.systmp, lines)
                 self.assertIn("  " + leak, lines)
                 self.assertNotIn(old, proc.stderr)
+
+    def test_swept_when_owner_dead(self):
+        # A perf map or python-usdt-* directory whose process is dead (a
+        # test's child that a timeout killed) is removed and named, and
+        # fails nothing; one of a live process still fails the run.
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        with open("/proc/self/stat") as f:
+            start = f.read().rpartition(") ")[2].split()[19]
+        for name, live in (("perf-%d.map" % dead.pid, False),
+                           ("python-usdt-%d-%s-1-abcdef" % (dead.pid, start),
+                            False),
+                           ("python-usdt-%d-%s-1-abcdef" % (os.getpid(),
+                                                            start), True)):
+            with self.subTest(name):
+                leak = os.path.join(self.systmp, name)
+                proc, lines = self.check_all(STANDIN_LEAK=leak)
+                if live:
+                    os.rmdir(leak)
+                    self.assertNotEqual(proc.returncode, 0, proc.stderr)
+                    self.assertIn("  " + leak, lines)
+                    continue
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertFalse(os.path.exists(leak))
+                self.assertIn("swept from %s: 1 left by processes now dead "
+                              "(a killed test's, say), removed:"
+                              % self.systmp, lines)
+                self.assertIn("  " + leak, lines)
 
 
 BAD_PATCH = """\
