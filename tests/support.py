@@ -86,6 +86,24 @@ def readline(pipe, timeout, what, watch=None):
     read as usual (read(), communicate()).  After a Hang, its read goes on
     until the line or EOF comes; read such a pipe with readline() only
     (killing the process ends the read)."""
+    return _readline(pipe, time.monotonic() + timeout,
+                     "timeout: %s within %g s" % (what, timeout), watch)
+
+
+def iter_lines(pipe, timeout, what, watch=None):
+    """The lines of pipe until EOF, as iterating over it gives them, with
+    readline(): all of them within timeout seconds, else Hang "timeout:
+    WHAT within TIMEOUT s"."""
+    deadline = time.monotonic() + timeout
+    message = "timeout: %s within %g s" % (what, timeout)
+    while True:
+        line = _readline(pipe, deadline, message, watch)
+        if not line:
+            return
+        yield line
+
+
+def _readline(pipe, deadline, message, watch):
     with _reads_lock:
         pending = _reads.get(pipe)
         if pending is None:
@@ -99,15 +117,13 @@ def readline(pipe, timeout, what, watch=None):
                     box.append(e)
                 done.set()
 
-            threading.Thread(target=read, daemon=True,
-                             name="readline %s" % what).start()
+            threading.Thread(target=read, daemon=True).start()
     done, box = pending
-    deadline = time.monotonic() + timeout
     while not done.wait(max(0, min(0.2, deadline - time.monotonic()))):
         if watch is not None:
             watch()
         if time.monotonic() >= deadline:
-            raise Hang("timeout: %s within %g s" % (what, timeout))
+            raise Hang(message)
     with _reads_lock:
         del _reads[pipe]
     if isinstance(box[0], BaseException):

@@ -8,8 +8,8 @@ import subprocess
 import time
 import unittest
 
-from support import (PYTHON, Hang, PtraceWatch, ptrace_stopped, readline,
-                     start, wait)
+from support import (PYTHON, Hang, PtraceWatch, iter_lines, ptrace_stopped,
+                     readline, start, wait)
 
 PTRACE_ATTACH = 16
 PTRACE_DETACH = 17
@@ -44,7 +44,7 @@ class ReadlineTest(unittest.TestCase):
         proc.stdin.close()
         self.assertEqual(proc.stdout.read(), "c\nd\n")
         self.assertEqual(readline(proc.stdout, 60, "EOF"), "")
-        proc.wait()
+        proc.wait(timeout=60)
 
     def test_late_line_after_timeout(self):
         # The line a timed-out readline() waited for goes to the next one.
@@ -56,6 +56,22 @@ class ReadlineTest(unittest.TestCase):
         proc.stdin.flush()
         self.assertEqual(readline(proc.stdout, 60, "late"), "late\n")
         self.assertEqual(readline(proc.stdout, 60, "next"), "next\n")
+
+    def test_iter_lines(self):
+        # One deadline for all the lines, until EOF.
+        proc = self.child("import sys; print('a\\nb', flush=True); "
+                          "sys.stdin.readline(); print('c')")
+        self.assertEqual(readline(proc.stdout, 60, "a"), "a\n")
+        seen = []
+        with self.assertRaises(Hang) as caught:
+            for line in iter_lines(proc.stdout, 0.5, "no EOF"):
+                seen.append(line)
+        self.assertEqual(seen, ["b\n"])
+        self.assertEqual(str(caught.exception),
+                         "timeout: no EOF within 0.5 s")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        self.assertEqual(list(iter_lines(proc.stdout, 60, "EOF")), ["c\n"])
 
     def test_watch(self):
         # What watch raises ends the wait, before the deadline.
@@ -131,7 +147,7 @@ class PtraceStopTest(unittest.TestCase):
 
     def test_gone(self):
         proc = subprocess.Popen([PYTHON, "-c", "pass"])
-        proc.wait()
+        proc.wait(timeout=60)
         self.assertEqual(ptrace_stopped(proc.pid), [])
 
 
