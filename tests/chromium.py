@@ -8,6 +8,7 @@ ended by a NUL byte), so nothing but the standard library is needed.
 import base64
 import json
 import os
+import select
 import shutil
 import struct
 import subprocess
@@ -90,7 +91,9 @@ class Browser:
 
     def _read_message(self, deadline):
         while b"\0" not in self._buffer:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if (left <= 0 or not
+                    select.select([self._from_browser], [], [], left)[0]):
                 raise BrowserError("chromium did not answer in %d s"
                                    % self.timeout)
             chunk = os.read(self._from_browser, 1 << 16)
@@ -100,10 +103,26 @@ class Browser:
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
-    def stderr(self):
+    def stderr(self, timeout=5):
+        """The end of what chromium wrote to stderr, once it has exited:
+        until EOF, or for timeout seconds (a child of chromium that lives
+        on keeps stderr open).  Read from the pipe's fd: nothing else
+        reads it."""
         if self.proc.poll() is None:
             return "(still running)"
-        return self.proc.stderr.read().decode("utf-8", "replace")[-2000:]
+        data = b""
+        fd = self.proc.stderr.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                data += b"\n(stderr still open after %d s)" % timeout
+                break
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode("utf-8", "replace")[-2000:]
 
     def command(self, method, session=True, **params):
         """Send a DevTools command; its result, or BrowserError."""
