@@ -25,7 +25,8 @@ import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, TOP,
                      assert_tool_refused_free_threaded, free_threaded,
-                     pystack_filename, start, tracer_unusable)
+                     iter_lines, pystack_filename, readline, start,
+                     tracer_unusable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
@@ -350,7 +351,8 @@ class WrapAndUnwrap(unittest.TestCase):
         self.proc = start(self, [PYTHON, DRIVEN], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE,
                           env=dict(os.environ, **env))
-        self.assertEqual(self.proc.stdout.readline(), "ready\n")
+        self.assertEqual(readline(self.proc.stdout, 60, "the driven "
+                                  "process did not say 'ready'"), "ready\n")
         self.semaphore = Semaphore(self.proc.pid, "alloc",
                                    provider="otel_memory")
 
@@ -361,7 +363,8 @@ class WrapAndUnwrap(unittest.TestCase):
     def command(self, text):
         self.proc.stdin.write(text + "\n")
         self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
+        return readline(self.proc.stdout, 120, "the driven process did not "
+                        "answer %r" % text).strip()
 
     def wait_functions(self, expected):
         """Poll gdb until the domains call *expected* (the watcher polls
@@ -443,7 +446,8 @@ class WrapAndUnwrap(unittest.TestCase):
                            "-x", script], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT)
         output = []
-        for line in gdb.stdout:
+        for line in iter_lines(gdb.stdout, 120,
+                               "gdb did not attach and say READY"):
             output.append(line)
             if line == "READY\n":
                 break
@@ -454,7 +458,8 @@ class WrapAndUnwrap(unittest.TestCase):
         swaps = []
 
         def read_swaps(count):
-            for line in gdb.stdout:
+            for line in iter_lines(gdb.stdout, 120, "gdb did not print "
+                                   "%d SWAP lines" % count):
                 output.append(line)
                 if line.startswith("SWAP"):
                     swaps.append(line.split()[1:])

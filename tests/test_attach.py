@@ -14,8 +14,8 @@ import os
 import subprocess
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, require_bpftrace, run,
-                     start)
+from support import (Bpftrace, PYTHON, Semaphore, readline,
+                     require_bpftrace, run, start)
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "attach_workload.py")
@@ -37,7 +37,8 @@ class AttachTest(unittest.TestCase):
         proc = start(self, [PYTHON, WORKLOAD, mode, "-"],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE)
-        self.assertEqual(proc.stdout.readline(), "ready\n")
+        self.assertEqual(readline(proc.stdout, 60, "the %s workload did "
+                                  "not say 'ready'" % mode), "ready\n")
         return proc
 
     def finish(self, proc):

@@ -18,9 +18,8 @@ import tempfile
 import unittest
 
 from support import (Bpftrace, PYTHON, free_threaded, perf_map_entries,
-                     perf_map_path, promised_probe_pairs, require_bpftrace,
-                     run,
-                     start)
+                     perf_map_path, promised_probe_pairs, readline,
+                     require_bpftrace, run, start)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "invisible_workload.py")
@@ -79,7 +78,8 @@ class ArmedEqualsUnarmed(unittest.TestCase):
             'printf("attached\\n"); } END { clear(@attached); }', markers)
         tracer = start(self, ["bpftrace", "-q", "-e", program],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        line = tracer.stdout.readline()
+        line = readline(tracer.stdout, 120, "bpftrace did not say "
+                        "'attached'")
         if line != "attached\n":
             out, err = tracer.communicate(timeout=60)
             self.fail("bpftrace did not attach: %s"
@@ -484,7 +484,8 @@ while sys.stdin.readline() == "more\n":
         require_bpftrace(self)
         proc = start(self, [PYTHON, "-c", self.CODE], stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.assertEqual(proc.stdout.readline(), "ready 3\n")
+        self.assertEqual(readline(proc.stdout, 60, "the line workload did "
+                                  "not say 'ready'"), "ready 3\n")
         program = ('usdt:%s:python:line /pid == %d/ { @lines = count(); } '
                    'interval:s:5 { exit(); }' % (PYTHON, proc.pid))
         for attempt in range(2):
@@ -495,8 +496,11 @@ while sys.stdin.readline() == "more\n":
             while traced.poll() is None:
                 proc.stdin.write("more\n")
                 proc.stdin.flush()
-                self.assertEqual(proc.stdout.readline(), "lines 3\n",
-                                 "attach %d" % attempt)
+                self.assertEqual(
+                    readline(proc.stdout, 60, "the line workload did not "
+                             "answer 'more' (attach %d)" % attempt),
+                    "lines 3\n", "attach %d" % attempt)
+            # bpftrace has exited.
             out, err = traced.communicate()
             self.assertEqual(traced.returncode, 0, Bpftrace.errors(err))
             self.assertRegex(out, r"(?m)^@lines: [1-9]")

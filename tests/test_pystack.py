@@ -23,8 +23,9 @@ import textwrap
 import time
 import unittest
 
-from support import (PYTHON, TOP, free_threaded, require_bpftrace,
-                     run, start, stapsdt_notes, tracer_unusable)
+from support import (PYTHON, TOP, free_threaded, readline,
+                     require_bpftrace, run, start, stapsdt_notes,
+                     tracer_unusable)
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
 # The tool runs under any Python 3: prefer the system's.
@@ -424,7 +425,8 @@ class PystackTest(unittest.TestCase):
         records = os.path.join(self.tmp, "records")
         target = start(self, [PYTHON, workload, expected_path],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.assertEqual(target.stdout.readline(), "ready\n")
+        self.assertEqual(readline(target.stdout, 60, "the gc workload did "
+                                  "not say 'ready'"), "ready\n")
         tool = start(self, [TOOL_PYTHON, TOOL, "--probe",
                             "usdt:PYTHON:python:gc__start", "--json",
                             "--save", records, "-p", str(target.pid)],
@@ -441,12 +443,13 @@ class PystackTest(unittest.TestCase):
                         tool.poll() is not None and tool.stderr.read())
         target.stdin.write("go\n")
         target.stdin.flush()
-        self.assertEqual(target.stdout.readline(), "done\n")
+        self.assertEqual(readline(target.stdout, 60, "the gc workload did "
+                                  "not say 'done'"), "done\n")
         tool.send_signal(signal.SIGINT)
         stdout, stderr = tool.communicate(timeout=60)
         target.stdin.write("exit\n")
         target.stdin.flush()
-        target.wait()
+        target.wait(timeout=60)
         with open(expected_path) as f:
             expected = self.expect(json.load(f))
         found = collections.Counter()

@@ -31,7 +31,8 @@ import unittest
 import support
 import test_pystack as base
 from support import (PYTHON, free_threaded, perf_map_entries, perf_map_path,
-                     pystack_filename, require_bpftrace, run, run_gdb, start)
+                     pystack_filename, readline, require_bpftrace, run,
+                     run_gdb, start)
 
 # Writes to FD from Python code re-entered from C (sorted's key, map's
 # function), in a thread, a generator and coroutines.
@@ -409,7 +410,8 @@ class AttachTest(unittest.TestCase):
         # Its perf map (-X perf, or the trampoline stacks__enable turns
         # on) is removed at the test's end: make check fails on leftovers.
         self.addCleanup(remove_perf_map, target.pid)
-        ready = target.stdout.readline().split()
+        ready = readline(target.stdout, 60, "the native workload did not "
+                         "say 'ready'").split()
         self.assertEqual(ready[:1], ["ready"])
         if arm:
             self.arm_stacks_enable(target.pid)
@@ -431,7 +433,7 @@ class AttachTest(unittest.TestCase):
         stdout, stderr = tool.communicate(timeout=120)
         self.assertEqual(tool.returncode, 0, stderr)
         target.stdin.close()
-        target.wait()
+        target.wait(timeout=60)
         return json.loads(stdout), stderr
 
     def arm_stacks_enable(self, pid):

@@ -31,8 +31,8 @@ import time
 import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, free_threaded,
-                     perf_map_entries, perf_map_path, require_bpftrace, run,
-                     start, stop, tracer_unusable)
+                     perf_map_entries, perf_map_path, readline,
+                     require_bpftrace, run, start, stop, tracer_unusable)
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
                         "stacks_workload.py")
@@ -133,7 +133,8 @@ def start_consenting_workload(testcase, lifetime):
         if os.path.exists(perf_map_path(pid)):
             os.unlink(perf_map_path(pid))
     testcase.addCleanup(remove_map)
-    testcase.assertEqual(proc.stdout.readline(), "ready %d\n" % pid)
+    testcase.assertEqual(readline(proc.stdout, 60, "the stacks workload did "
+                                  "not say 'ready'"), "ready %d\n" % pid)
     armed = Semaphore(pid, "stacks__enable").value()
     if armed:
         testcase.skipTest("python:stacks__enable is already armed "
@@ -161,7 +162,8 @@ class Workload:
         testcase.addCleanup(self.remove_map)
         self.pid = self.proc.pid
         self.map_path = perf_map_path(self.pid)
-        ready = self.proc.stdout.readline()
+        ready = readline(self.proc.stdout, 60, "the stacks workload did not "
+                         "say 'ready'")
         testcase.assertEqual(ready, "ready %d\n" % self.pid,
                              self.proc.poll() is not None
                              and self.proc.stderr.read())
@@ -174,8 +176,10 @@ class Workload:
     def ask(self, command):
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        line = readline(self.proc.stdout, 60, "the stacks workload did not "
+                        "answer %r" % command)
         if not line:
+            self.proc.wait(timeout=60)
             raise AssertionError("workload died at %r: %s"
                                  % (command, self.proc.stderr.read()))
         return json.loads(line)
@@ -266,7 +270,8 @@ class Marker:
                                             str(self.pid), "-e", program],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
-        line = self.tracer.stdout.readline()
+        line = readline(self.tracer.stdout, 120, "bpftrace did not say "
+                        "'attached'")
         armed = None
         if line == "attached\n":
             armed = self.semaphore.wait_armed(
@@ -395,7 +400,8 @@ class StacksTest(unittest.TestCase):
             "end": WARM_S + SAMPLE_S},
             env=dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1"))
         on = self.wait_on(workload, armed)
-        line = marker.tracer.stdout.readline()
+        line = readline(marker.tracer.stdout, 60, "bpftrace did not say "
+                        "'sampling'")
         self.assertTrue(line.startswith("sampling "), line)
         # The trampoline was on before sampling began (bpftrace's nsecs is
         # time.monotonic_ns()).

@@ -31,8 +31,8 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, require_bpftrace, run, run_gdb,
-                     stapsdt_notes, start, stop)
+from support import (Bpftrace, Hang, PYTHON, readline, require_bpftrace,
+                     run, run_gdb, stapsdt_notes, start, stop)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 AGENT = os.path.join(DATA, "usdt_agent.py")
@@ -67,11 +67,20 @@ class Agent:
                 pass
 
     def _answer(self, timeout=TIMEOUT * 2):
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
+        # support.readline(): select() on the text pipe missed an answer
+        # already in its buffer.
+        try:
+            line = readline(self.proc.stdout, timeout,
+                            "the agent did not answer")
+        except Hang as hang:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("%s; its stderr: %r"
+                                 % (hang, self.proc.stderr.read())) from None
         if not line:
             if self.proc.poll() is None:
                 self.proc.kill()
+            self.proc.wait()
             raise AssertionError("the agent did not answer: "
                                  + self.proc.stderr.read())
         answer = json.loads(line)
@@ -444,8 +453,10 @@ class ForkTest(TracerTest):
         proc = start(self, [PYTHON, "-c", FORK_SCRIPT % {"timeout": TIMEOUT}],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE)
-        path, done_path = proc.stdout.readline().split()
-        child = int(proc.stdout.readline())
+        path, done_path = readline(proc.stdout, TIMEOUT, "the fork script "
+                                   "did not print its paths").split()
+        child = int(readline(proc.stdout, TIMEOUT, "the fork script did not "
+                             "print its child's pid"))
         tracer = self.bpftrace(
             child, 'usdt:%s:forktest:hit { @[pid, arg0] = count(); '
                    '@s[arg0] = str(arg1); } '
@@ -458,8 +469,12 @@ class ForkTest(TracerTest):
                                     for i in range(5)})
         self.assertEqual(maps["s"], {str(i): "child %d" % child
                                      for i in range(5)})
-        self.assertEqual(proc.stdout.readline(), "parent armed False\n")
-        self.assertEqual(proc.stdout.readline(), "files kept True\n")
+        self.assertEqual(readline(proc.stdout, TIMEOUT, "the fork script "
+                                  "did not say 'parent armed'"),
+                         "parent armed False\n")
+        self.assertEqual(readline(proc.stdout, TIMEOUT, "the fork script "
+                                  "did not say 'files kept'"),
+                         "files kept True\n")
         out, err = proc.communicate("\n", timeout=TIMEOUT)
         self.assertEqual(proc.returncode, 0, err)
         # The parent's exit removes its files.
@@ -498,7 +513,8 @@ class OrphanTest(TracerTest):
                             ORPHAN_SCRIPT % {"timeout": TIMEOUT}],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE)
-        child = int(proc.stdout.readline())
+        child = int(readline(proc.stdout, TIMEOUT, "the orphan script did "
+                             "not print its child's pid"))
         self.addCleanup(kill_quietly, child)
         self.assertEqual(proc.wait(timeout=TIMEOUT), 0)
         listed = run([PYTHON, "-m", "usdt", "list", str(child)])
@@ -522,7 +538,8 @@ class OrphanTest(TracerTest):
         proc.stdin.flush()
         self.assertEqual(tracer.finish()[""],
                          {str(i): "1" for i in range(5)})
-        self.assertEqual(proc.stdout.readline(), "disarmed\n")
+        self.assertEqual(readline(proc.stdout, TIMEOUT, "the orphan did "
+                                  "not say 'disarmed'"), "disarmed\n")
 
 
 class ManyProbesTest(TracerTest):
@@ -934,7 +951,7 @@ def pid_namespace():
 def dead_pid():
     """The pid of a process that has just ended."""
     proc = subprocess.Popen(["true"])
-    proc.wait()
+    proc.wait(timeout=TIMEOUT)
     return proc.pid
 
 
@@ -991,7 +1008,8 @@ class FilesTest(unittest.TestCase):
             sys.stdin.read()
             """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        env=self.env)
-        path = victim.stdout.readline().strip()
+        path = readline(victim.stdout, TIMEOUT, "the victim did not print "
+                        "its probe's path").strip()
         self.assertTrue(path.startswith(self.tmp + "/python-usdt-"), path)
         victim.send_signal(signal.SIGTERM)
         victim.wait(timeout=TIMEOUT)

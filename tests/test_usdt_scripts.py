@@ -29,7 +29,6 @@ import os
 import queue
 import random
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -41,9 +40,9 @@ import unittest
 import urllib.error
 import urllib.request
 
-from support import (Bpftrace, PYTHON, SETTRACE_LINES, Semaphore, TOP,
+from support import (Bpftrace, Hang, PYTHON, SETTRACE_LINES, Semaphore, TOP,
                      free_threaded, perf_map_entries, perf_map_path,
-                     require_bpftrace, run, stapsdt_notes, start, stop)
+                     readline, require_bpftrace, run, stapsdt_notes, start)
 from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
                          py_frame, start_consenting_workload)
 
@@ -66,6 +65,18 @@ HIST_BUCKET = re.compile(
 # The suffixes of histogram bounds: powers of 1024
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
          "P": 2**50, "E": 2**60}
+
+
+def end_reader(tracer, reader):
+    """End the thread reader, which reads tracer's stdout to its end: kill
+    the tracer if it still runs (a test that failed leaves it running), then
+    join the thread, within 60 s."""
+    if tracer.poll() is None:
+        tracer.kill()
+    reader.join(60)
+    if reader.is_alive():
+        raise Hang("timeout: %s's stdout did not end within 60 s of its exit"
+                   % os.path.basename(tracer.args[0]))
 
 
 def script_path(name):
@@ -1273,16 +1284,17 @@ class PystatTest(UsdtScriptTestCase):
         workload = self.write("pystat_workload.py", PYSTAT_WORKLOAD)
         target = start(self, [PYTHON, workload], stdin=subprocess.PIPE,
                        stdout=subprocess.PIPE)
-        self.assertEqual(target.stdout.readline(), "ready\n")
+        self.assertEqual(readline(target.stdout, 60, "the pystat workload "
+                                  "did not say 'ready'"), "ready\n")
         tracer = start(self, ["bpftrace", "-q", "-p", str(target.pid),
                               script_path("pystat.bt"), PYTHON],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # bpftrace's lines, read by a thread so that a wait can time out
         lines = queue.Queue()
         reader = threading.Thread(target=lambda: [
-            *map(lines.put, tracer.stdout), lines.put("")])
+            *map(lines.put, tracer.stdout), lines.put("")], daemon=True)
         reader.start()
-        self.addCleanup(reader.join)
+        self.addCleanup(end_reader, tracer, reader)
 
         def line():
             try:
@@ -1304,7 +1316,9 @@ class PystatTest(UsdtScriptTestCase):
         def command(word):
             target.stdin.write(word + "\n")
             target.stdin.flush()
-            self.assertEqual(target.stdout.readline(), "done\n")
+            self.assertEqual(readline(target.stdout, 60, "the pystat "
+                                      "workload did not answer %r" % word),
+                             "done\n")
 
         self.assertEqual(line().split(), ["TIME", *self.COLUMNS])
         # Ping until the watcher has armed the function, C function and
@@ -1606,7 +1620,10 @@ class PyprofileTest(UsdtScriptTestCase):
                              if frame.startswith("py::")] == CHAIN[::-1])
         self.assertEqual(root_first, full, proc.stdout)
         workload.stdin.close()
-        self.assertEqual(workload.stdout.read(), "done\n")
+        self.assertEqual(readline(workload.stdout, 30, "the stacks workload "
+                                  "did not say 'done'"), "done\n")
+        self.assertEqual(readline(workload.stdout, 30, "the stacks workload "
+                                  "did not close its stdout"), "")
         self.assertEqual(workload.wait(timeout=30), 0)
 
 
@@ -1627,7 +1644,8 @@ class AttachTest(UsdtScriptTestCase):
                 time.sleep(0.001)
             """)
         target = start(self, [PYTHON, workload], stdout=subprocess.PIPE)
-        self.assertEqual(target.stdout.readline(), "ready\n")
+        self.assertEqual(readline(target.stdout, 60, "the attach workload "
+                                  "did not say 'ready'"), "ready\n")
         semaphore = Semaphore(target.pid, "function__entry")
         snapshot = semaphore.snapshot()
         tracer = start(self, ["bpftrace", "-q", "-p", str(target.pid),
@@ -1636,6 +1654,7 @@ class AttachTest(UsdtScriptTestCase):
         # The script's only probe is attached once it arms the semaphore.
         if semaphore.wait_armed(
                 snapshot, still_waiting=lambda: tracer.poll() is None) is None:
+            # bpftrace has exited.
             _, errors = tracer.communicate()
             self.fail("bpftrace left without arming the probe: "
                       + Bpftrace.errors(errors))
@@ -1722,12 +1741,19 @@ class HttpRoutesTest(UsdtScriptTestCase):
                 except subprocess.TimeoutExpired:
                     pass
         self.addCleanup(interrupt)
-        ready, _, _ = select.select([server.stdout], [], [], 60)
-        first = server.stdout.readline() if ready else ""
+        # support.readline(): select() on the text pipe would miss a line
+        # already in its buffer.
+        try:
+            first = readline(server.stdout, 60, "the server did not say "
+                             "where it serves")
+        except Hang:
+            first = ""
         started = re.match(r"pid (\d+) serving on http://127\.0\.0\.1:(\d+)/$",
                            first)
         if not started:
-            stop(server)
+            # Killed here, its pipes still open (stop() closes them).
+            server.kill()
+            server.wait()
             self.fail("the server did not start: %r %s"
                       % (first, server.stderr.read()))
         self.assertEqual(int(started.group(1)), server.pid)
@@ -1740,9 +1766,9 @@ class HttpRoutesTest(UsdtScriptTestCase):
                        stderr=subprocess.PIPE)
         lines = queue.Queue()
         reader = threading.Thread(target=lambda: [
-            *map(lines.put, tracer.stdout), lines.put("")])
+            *map(lines.put, tracer.stdout), lines.put("")], daemon=True)
         reader.start()
-        self.addCleanup(reader.join)
+        self.addCleanup(end_reader, tracer, reader)
         # bpftrace reads the output of BEGIN (which runs before it attaches
         # the probes) only once every probe is attached.
         shown = []
@@ -1767,7 +1793,7 @@ class HttpRoutesTest(UsdtScriptTestCase):
         self.assertEqual(statuses, {(path, status): n for path, _, status, n
                                     in self.REQUESTS})
         Bpftrace.interrupt(tracer, collect=False)
-        reader.join()
+        end_reader(tracer, reader)
         output = "".join(iter(lines.get_nowait, ""))
         self.assertEqual(tracer.returncode, 0,
                          Bpftrace.errors(tracer.stderr.read()))

@@ -26,7 +26,7 @@ import unittest
 
 from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP,
                      assert_tool_refused_free_threaded, free_threaded,
-                     require_bpftrace, run, start)
+                     readline, require_bpftrace, run, start)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, py_frame, start_consenting_workload
 
@@ -475,20 +475,23 @@ class ApplicationTest(ToolsTestCase):
     def test_lines_with_p_after_a_minute(self):
         app = start(self, [PYTHON, self.main, "wait"],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.assertEqual(app.stdout.readline(), "ready\n")
+        self.assertEqual(readline(app.stdout, 60, "the app did not say "
+                                  "'ready'"), "ready\n")
         time.sleep(self.RUN_BEFORE)
         output = os.path.join(self.tmp, "lines.txt")
         tool = start(self, [PYTHON, "-m", "usdt.tools", "lines", "-p",
                             str(app.pid), "-o", output],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # The tool says when bpftrace has attached the script's probes.
-        said = tool.stderr.readline()
+        said = readline(tool.stderr, 120, "usdt.tools lines -p did not say "
+                        "it traces")
         self.assertEqual(said, "usdt.tools lines: tracing process %d; "
                          "Ctrl-C prints the results\n" % app.pid,
                          said + tool.stderr.read() if not said else said)
         app.stdin.write("go\n")
         app.stdin.flush()
-        self.assertEqual(app.stdout.readline(), "done\n")
+        self.assertEqual(readline(app.stdout, 60, "the app did not say "
+                                  "'done'"), "done\n")
         # Ctrl-C: the results are printed.
         tool.send_signal(signal.SIGINT)
         stdout, stderr = tool.communicate(timeout=120)
@@ -535,7 +538,8 @@ class ApplicationTest(ToolsTestCase):
             while True:
                 main.main()
             """ % self.top)], stdout=subprocess.PIPE)
-        self.assertEqual(app.stdout.readline(), "ready\n")
+        self.assertEqual(readline(app.stdout, 60, "the app did not say "
+                                  "'ready'"), "ready\n")
         svg = os.path.join(self.tmp, "profile.svg")
         folded = os.path.join(self.tmp, "profile.folded")
         proc = self.tools("profile", "-p", str(app.pid), "-d", "8",
