@@ -112,7 +112,7 @@ class PtraceStopTest(unittest.TestCase):
 
     def test_stopped_thread(self):
         # A sleeping child with a second thread: PTRACE_ATTACH stops the
-        # main thread (state "t"); the other runs on.
+        # main thread (state "t"); the others run on.
         proc = start(self, [PYTHON, "-c", "import sys, threading, time; "
                             "threading.Thread(target=time.sleep, args=(60,),"
                             " daemon=True).start(); print('ready', "
@@ -120,7 +120,9 @@ class PtraceStopTest(unittest.TestCase):
                      stdout=subprocess.PIPE)
         self.assertEqual(readline(proc.stdout, 60, "sleeper: no 'ready'"),
                          "ready\n")
-        self.assertEqual(len(os.listdir("/proc/%d/task" % proc.pid)), 2)
+        # (and the interpreter's probe watcher, in our build)
+        self.assertGreaterEqual(len(os.listdir("/proc/%d/task" % proc.pid)),
+                                2)
         self.assertEqual(ptrace_stopped(proc.pid), [])
         watch = PtraceWatch(proc.pid, "sleeper", patience=0.5)
         watch()
