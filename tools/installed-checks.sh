@@ -21,6 +21,9 @@ system_python_unchanged() {
         die "the system's python3 changed: $(diff "$1" <(printf '%s\n' "$now"))"
 }
 
+# What a traced command may take before it is killed and said to hang.
+CHECK_DEADLINE=${CHECK_DEADLINE:-300}
+
 # count_calls OBJECT COMMAND...: bpftrace, attached to OBJECT (the file
 # holding the probes), counts the calls of f that COMMAND makes.  Prints
 # the count, or "skip: <bpftrace's reason>", or "no count: <output>".
@@ -47,7 +50,11 @@ count_hits() {
         sleep 0.2
     done
     if grep -qx attached "$log"; then
-        "$@" > /dev/null 2>&1 || failed="the command failed: $*"
+        # A deadline: a command that hangs under the tracer is said so.
+        timeout "$CHECK_DEADLINE" "$@" > /dev/null 2>&1 || case $? in
+            124) failed="timeout: the command did not end within ${CHECK_DEADLINE} s: $*" ;;
+            *) failed="the command failed: $*" ;;
+        esac
         # bpftrace 0.17 now and then misses a SIGINT: send it until it
         # exits.
         for _ in $(seq 50); do
@@ -108,7 +115,9 @@ expect_tools_calls() {
         skip_tracer "usdt.tools: bpftrace not found"
         return
     fi
-    out=$("$py" -m usdt.tools calls -c "$py $script" 2>&1)
+    out=$(timeout "$CHECK_DEADLINE" "$py" -m usdt.tools calls -c "$py $script" 2>&1) ||
+        [ $? -ne 124 ] ||
+        die "timeout: python3 -m usdt.tools calls did not end within ${CHECK_DEADLINE} s: $out"
     case $out in
         *"@calls[$script, f, 1]: 100"*) log "python3 -m usdt.tools calls: f() called 100 times" ;;
         *"Operation not permitted"*|*"Could not"*|*"Error attaching"*)
