@@ -12,10 +12,13 @@ interpreter, with the same options everywhere:
                   a file, a function)
 
 The tools are the bpftrace scripts of Tools/usdt, installed next to this
-module, run with the limits each one needs (BPFTRACE_STRLEN,
-BPFTRACE_MAP_KEYS_MAX) and bpftrace -k: when a map is full anyway, the
-number of events dropped is said on standard error.  bpftrace's harmless
-"couldn't set RLIMIT_MEMLOCK" line is not shown.  With -p, a line on
+module, run with the limits each one needs (its string length and map
+size, set the way the bpftrace found takes them: see usdt._bpftrace,
+which also says which versions are tested), warning of each update a
+full map refuses (-k up to bpftrace 0.23): when a map is full anyway, the
+number of events dropped is said on standard error.
+bpftrace's known harmless warnings (RLIMIT_MEMLOCK, deprecations) are
+not shown.  With -p, a line on
 standard error says when the probes are attached; -d counts from then.
 Ctrl-C, or the end of -d, stops tracing and prints the results: bpftrace
 0.17 loses a SIGINT sent before it has attached, and can miss one after,
@@ -31,7 +34,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +41,8 @@ import sysconfig
 import tempfile
 import threading
 import time
+
+from usdt import _bpftrace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -99,15 +103,12 @@ TOOLS = [
 ]
 BY_NAME = {tool.name: tool for tool in TOOLS}
 
-# bpftrace -k's warning for an update that a full map refused, and the
-# count of the warnings it could not print as fast.
-DROPPED = re.compile(r"WARNING: Failed to map_update_elem: "
-                     r"Argument list too long")
+# The count of the warnings bpftrace could not print as fast.
 LOST = re.compile(r"^Lost (\d+) events$")
 
 
-class Error(Exception):
-    """Reported in one line, without a traceback."""
+# Reported in one line, without a traceback.
+Error = _bpftrace.Error
 
 
 def traced_binary():
@@ -195,23 +196,17 @@ def filter_stacks(text, needle):
 
 
 def drop_warnings(text):
-    """(bpftrace's output without -k's warnings, events dropped)."""
-    lines = text.splitlines(keepends=True)
-    out, dropped, skip = [], 0, 0
-    for line in lines:
-        if skip:
-            skip -= 1
-            continue
-        if DROPPED.search(line):
-            dropped += 1
-            skip = 2        # the program's line, and the ~~~ under it
-            continue
+    """(bpftrace's output without its warnings, events dropped): each
+    version puts some of its warnings among the output."""
+    noise = _bpftrace.NoiseFilter()
+    out, dropped = [], 0
+    for line in text.splitlines(keepends=True):
         lost = LOST.match(line.strip())
         if lost:
             dropped += int(lost.group(1))
             continue
-        out.append(line)
-    return "".join(out), dropped
+        out.append(noise.keep(line))
+    return "".join(out), dropped + noise.dropped
 
 
 # What bpftrace 0.17 says of a sample whose stack its stack map lost (the
@@ -219,11 +214,15 @@ def drop_warnings(text):
 LOST_STACK = b"failed to look up stack id"
 
 
-def forward_stderr(pipe, out):
-    """Copy a tracer's stderr to out, but for bpftrace's harmless
-    RLIMIT_MEMLOCK notice and its lost stacks."""
+def forward_stderr(pipe, out, noise=None):
+    """Copy a tracer's stderr to out, but for bpftrace's known harmless
+    warnings, those of full maps (counted in noise, a NoiseFilter) and
+    its lost stacks."""
+    if noise is None:
+        noise = _bpftrace.NoiseFilter()
     for line in iter(pipe.readline, b""):
-        if b"RLIMIT_MEMLOCK" not in line and LOST_STACK not in line:
+        line = noise.keep(line)
+        if line and LOST_STACK not in line:
             out.write(line)
             out.flush()
 
@@ -246,7 +245,7 @@ WATCHER_DELAY = 1.5
 
 
 def run_until_done(cmd, env, seconds, capture=False, announce=None,
-                   delay=0):
+                   delay=0, noise=None):
     """Run cmd; SIGINT it at the end of *seconds* or at Ctrl-C (and every
     second after, since bpftrace 0.17 can miss one) until it exits.
     Returns (its exit status, its output if *capture*, else "").
@@ -257,14 +256,18 @@ def run_until_done(cmd, env, seconds, capture=False, announce=None,
     count from then, and no SIGINT is sent before (bpftrace 0.17 loses a
     SIGINT that comes before it has attached; a Ctrl-C then waits), and
     *announce*, a text, goes to standard error then: *delay* seconds
-    after it has attached."""
+    after it has attached.  *noise*, a NoiseFilter, counts the events
+    that bpftrace's stderr says full maps dropped."""
+    if noise is None:
+        noise = _bpftrace.NoiseFilter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     lines = []
     seen = threading.Event()
     since = []
     copiers = [threading.Thread(target=forward_stderr,
-                                args=(proc.stderr, sys.stderr.buffer))]
+                                args=(proc.stderr, sys.stderr.buffer,
+                                      noise))]
     if capture:
         copiers.append(threading.Thread(target=collect_stdout,
                                         args=(proc.stdout, lines, seen)))
@@ -364,16 +367,11 @@ def trace(tool, script, args, extra, strlen=None):
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
     not the tool's."""
-    bpftrace = shutil.which("bpftrace")
-    if bpftrace is None:
-        raise Error("bpftrace not found (apt-get install bpftrace)")
-    env = dict(os.environ)
-    strlen = strlen or tool.strlen
-    if strlen:
-        env["BPFTRACE_STRLEN"] = str(strlen)
+    runner = _bpftrace.find()
+    sys.stderr.write(_bpftrace.untested_note(runner))
+    bpftrace = runner.path
     keys = args.map_keys or tool.keys
-    if keys:
-        env["BPFTRACE_MAP_KEYS_MAX"] = str(keys)
+    env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
         if args.pid is not None:
@@ -383,16 +381,19 @@ def trace(tool, script, args, extra, strlen=None):
                 text = f.read()
             with open(program, "w") as f:
                 f.write(text + ATTACHED_PROBE)
-            cmd = [bpftrace, "-k", "-q", "-B", "none", program, args.binary,
+            cmd = [bpftrace, *runner.drop_flags(), "-q", "-B", "none",
+                   program, args.binary,
                    *extra, "-p", str(args.pid)]
         else:
             # Its output in a file: standard output is the command's.
             # bpftrace starts the command once it has attached.
-            cmd = [bpftrace, "-k", "-q", "-o", output,
+            cmd = [bpftrace, *runner.drop_flags(), "-q", "-o", output,
                    script_path(script), args.binary, *extra,
                    "-c", args.command]
+        noise = _bpftrace.NoiseFilter()
         status, text = run_until_done(
             cmd, env, args.duration, capture=args.pid is not None,
+            noise=noise,
             announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
             "the results\n" % (tool.name, args.pid),
             delay=WATCHER_DELAY if tool.watched else 0)
@@ -401,15 +402,14 @@ def trace(tool, script, args, extra, strlen=None):
                 text = f.read()
     text = "".join(line for line in text.splitlines(keepends=True)
                    if line.rstrip("\n") != "@usdt_tools_attached: 1")
-    text, dropped = drop_warnings(text)
+    text, dropped = drop_warnings(_bpftrace.normalize(text))
+    dropped += noise.dropped
     # bpftrace 0.17 ends its output with empty lines.
     text = text.strip("\n") + "\n" if text.strip() else ""
     if dropped:
         sys.stderr.write("usdt.tools %s: %d events dropped: a map was full "
                          "(BPFTRACE_MAP_KEYS_MAX=%s); give more with "
-                         "--map-keys\n" % (tool.name, dropped,
-                                           env.get("BPFTRACE_MAP_KEYS_MAX",
-                                                   "4096")))
+                         "--map-keys\n" % (tool.name, dropped, keys or 4096))
     return status, text
 
 
@@ -690,9 +690,9 @@ def native_profile(args):
     stacks, with py:: frames in a process started with -X dtrace_stacks."""
     if args.pid is None:
         raise Error("--native samples a running process: give -p PID")
-    bpftrace = shutil.which("bpftrace")
-    if bpftrace is None:
-        raise Error("bpftrace not found (apt-get install bpftrace)")
+    runner = _bpftrace.find()
+    sys.stderr.write(_bpftrace.untested_note(runner))
+    bpftrace = runner.path
     # One symbol table per process: bpftrace 0.17 otherwise reads the
     # interpreter's symbols again for each stack.
     env = dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1")

@@ -115,8 +115,31 @@ DEFAULT_STRLEN = 128
 RECORD = "PYSTACK"
 
 
-class Error(Exception):
-    """An error the tool reports in one line, without a traceback."""
+def _load_runner():
+    """usdt._bpftrace, the one place that knows how each bpftrace
+    version differs: already imported (by usdt.tools), or next to this
+    file (installed in Lib/usdt), or in the source tree's Lib/usdt."""
+    if "usdt._bpftrace" in sys.modules:
+        return sys.modules["usdt._bpftrace"]
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "_bpftrace.py"),
+                 os.path.join(here, "..", "..", "Lib", "usdt",
+                              "_bpftrace.py")):
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location(
+                "usdt._bpftrace", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["usdt._bpftrace"] = module
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError("usdt/_bpftrace.py is not next to %s" % __file__)
+
+
+_bpftrace = _load_runner()
+
+# An error the tool reports in one line, without a traceback.
+Error = _bpftrace.Error
 
 
 # ---------------------------------------------------------------- ELF
@@ -1221,44 +1244,66 @@ def expand_probe(probe, python):
 
 
 def bpftrace_errors(stderr):
+    noise = _bpftrace.NoiseFilter()
     return "\n".join(line for line in stderr.splitlines()
-                     if "RLIMIT_MEMLOCK" not in line).strip()
+                     if noise.keep(line)).strip()
 
 
 def forward_stdout(pipe, out):
     """Copy bpftrace's stdout (the -c command's output) to out, but for
-    the two empty lines that bpftrace 0.17 prints when it exits."""
+    the two empty lines that bpftrace 0.17 prints when it exits, and the
+    warnings that bpftrace 0.27 prints there while it compiles, before
+    the command starts."""
     held = b""
+    noise = _bpftrace.NoiseFilter()
+    compiling = True
     while True:
         chunk = os.read(pipe.fileno(), 65536)
         if not chunk:
             break
         data = held + chunk
+        if compiling:
+            # Whole lines only, until one is not a warning's.
+            lines = data.splitlines(keepends=True)
+            held = b"" if data.endswith(b"\n") else lines.pop()
+            data = b""
+            for index, line in enumerate(lines):
+                shown = noise.keep(line)
+                if shown and not noise._block:
+                    compiling = False
+                    data = shown + b"".join(lines[index + 1:]) + held
+                    held = b""
+                    break
+            if compiling:
+                continue
         keep = len(data) - min(2, len(data) - len(data.rstrip(b"\n")))
         out.write(data[:keep])
         out.flush()
         held = data[keep:]
-    out.write(held[:-2] if held.endswith(b"\n\n") else held[:0])
+    if compiling:
+        held = noise.keep(held)
+    out.write(held[:-2] if held.endswith(b"\n\n") else
+              held if compiling else held[:0])
     out.flush()
 
 
 def forward_stderr(pipe, out, copy):
-    """Copy bpftrace's stderr to out, but for its RLIMIT_MEMLOCK notice,
-    and keep it in the list copy for error messages."""
+    """Copy bpftrace's stderr to out, but for its known harmless
+    warnings, and keep it in the list copy for error messages."""
+    noise = _bpftrace.NoiseFilter()
     for line in iter(pipe.readline, b""):
         text = line.decode("utf-8", "replace")
         copy.append(text)
-        if "RLIMIT_MEMLOCK" not in text:
+        if noise.keep(text):
             out.write(line)
             out.flush()
 
 
 def run_bpftrace(text, args, interp_path=None):
-    bpftrace = shutil.which("bpftrace")
-    if bpftrace is None:
-        raise Error("bpftrace not found (apt-get install bpftrace)")
-    env = dict(os.environ)
-    env["BPFTRACE_STRLEN"] = str(args.strlen)
+    runner = _bpftrace.find()
+    sys.stderr.write(_bpftrace.untested_note(runner))
+    bpftrace = runner.path
+    env = runner.environ(strlen=args.strlen)
     if args.save:
         output = args.save
     else:

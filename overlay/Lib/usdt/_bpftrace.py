@@ -1,0 +1,197 @@
+"""The one place that knows how each bpftrace version differs.
+
+usdt.tools and pystack.py run bpftrace through this module: it finds
+bpftrace on PATH, reads its version once, gives it its string and map
+limits the way that version takes them, and tells its known harmless
+noise from what a person must see.
+
+Tested: bpftrace 0.17 (Debian 12), 0.23 (Debian 13) and 0.27 (Debian
+forky).  Another version is still tried, with both names of each limit.
+
+    version     limits read from the environment
+    0.17        BPFTRACE_STRLEN, BPFTRACE_MAP_KEYS_MAX
+    0.23        BPFTRACE_MAX_STRLEN, BPFTRACE_MAX_MAP_KEYS (the old names
+                still work, with a WARNING each)
+    0.27        BPFTRACE_MAX_STRLEN, BPFTRACE_MAX_MAP_KEYS (the old names
+                are ignored: maps stay at 4,096 keys)
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+TESTED = ((0, 17), (0, 23), (0, 27))
+
+
+class Error(Exception):
+    """Reported in one line, without a traceback."""
+
+
+class Bpftrace:
+    """A bpftrace executable and its version, (major, minor, patch), or
+    None when `bpftrace --version` does not say."""
+
+    def __init__(self, path, version, text):
+        self.path = path
+        self.version = version
+        self.text = text
+
+    def __str__(self):
+        return "%s (%s)" % (self.path, self.text)
+
+    @property
+    def tested(self):
+        return self.version is not None and self.version[:2] in TESTED
+
+    def environ(self, strlen=None, keys=None, base=None):
+        """*base* (os.environ) with the limits set the way this version
+        reads them: names and strings cut to strlen - 1 bytes, keys
+        entries per map."""
+        env = dict(os.environ if base is None else base)
+        for value, old, new in ((strlen, "BPFTRACE_STRLEN",
+                                 "BPFTRACE_MAX_STRLEN"),
+                                (keys, "BPFTRACE_MAP_KEYS_MAX",
+                                 "BPFTRACE_MAX_MAP_KEYS")):
+            if not value:
+                continue
+            if self.version is None or (0, 17) < self.version[:2] < (0, 23):
+                # Untested: the name it reads is one of the two.
+                names = (old, new)
+            elif self.version[:2] <= (0, 17):
+                names = (old,)
+            else:
+                names = (new,)
+            for name in names:
+                env[name] = str(value)
+        return env
+
+
+    def drop_flags(self):
+        """The options that make this version warn of each update that a
+        full map refuses: -k up to 0.23 (0.27 always warns, and its -k
+        warns of failed reads instead)."""
+        if self.version is not None and self.version[:2] >= (0, 27):
+            return []
+        return ["-k"]
+
+
+_FOUND = {}
+
+
+def find():
+    """The bpftrace on PATH, or Error saying how to get one."""
+    path = shutil.which("bpftrace")
+    if path is None:
+        raise Error("bpftrace not found (apt-get install bpftrace)")
+    if path not in _FOUND:
+        try:
+            text = subprocess.run([path, "--version"],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=120,
+                                  check=False).stdout.decode(
+                                      "utf-8", "replace").strip()
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise Error("%s --version failed: %s" % (path, error)) from None
+        match = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+        version = (tuple(int(part or 0) for part in match.groups())
+                   if match else None)
+        _FOUND[path] = Bpftrace(path, version, text or "no version")
+    return _FOUND[path]
+
+
+def untested_note(bpftrace):
+    """A line for stderr when *bpftrace* is not a tested version, else
+    ""."""
+    if bpftrace.tested:
+        return ""
+    return ("note: %s is not a tested bpftrace version (tested: %s); "
+            "trying it\n" % (bpftrace,
+                             ", ".join("%d.%d" % v for v in TESTED)))
+
+
+# A warning at a place in the program: "FILE:LINE:COL-COL: WARNING: ...",
+# followed by 0.23's and 0.27's "Additional Info - ..." line, the
+# program's line, and a ~~~ line under it (which 0.27 does not always end
+# with a newline: the next output follows on the same line).
+LOCATED = re.compile(r"^\S+:\d+:\d+(?:-\d+)?: WARNING: ")
+TILDES = re.compile(r"^\s*~+")
+
+# A map was full, so an update was refused: an event dropped.  0.17 says
+# so with -k; 0.23 with -k; 0.27 always.
+DROPPED = re.compile(r"WARNING: (Failed to map_update_elem: Argument list "
+                     r"too long|Map full; can't update element)")
+
+# Warnings that say nothing about the results.
+NOISE = (
+    # Every version, where the memlock limit cannot be raised (a
+    # container); BPF memory is not counted against it on this kernel.
+    re.compile(r"couldn't set RLIMIT_MEMLOCK"),
+    # 0.23 and later, when the old names are given (environ() gives the new).
+    re.compile(r"WARNING: BPFTRACE_\w+ is deprecated\. Use BPFTRACE_\w+ "
+               r"instead\."),
+    # 0.23 and 0.27 with -k: a read of a map key not set yet, which the
+    # scripts do on purpose (it reads as 0).
+    re.compile(r"WARNING: Can't lookup map element because it does not "
+               r"exist"),
+    # 0.23: pystack.py's reads of user memory through uptr().
+    re.compile(r"WARNING: Addrspace mismatch"),
+    # 0.27's new compile-time advice, on constructs that 0.17 needs.
+    re.compile(r"WARNING: While loops are deprecated"),
+    re.compile(r"WARNING: Return value discarded"),
+    re.compile(r"WARNING: Unnecessary cast"),
+    re.compile(r"WARNING: Expression of type: \w+ being cast to type"),
+    # 0.27 reads it for kprobes, which the toolkit does not use.
+    re.compile(r"WARNING: Could not read functions from "
+               r"\S*available_filter_functions"),
+)
+
+
+class NoiseFilter:
+    """Reads bpftrace's output or stderr a line at a time: keep(line) is
+    what of it to show ("" for none).  dropped counts the events that a
+    full map refused, noise the known harmless warnings left out."""
+
+    def __init__(self):
+        self.dropped = 0
+        self.noise = 0
+        self._block = 0     # lines of a warning's block still to come
+
+    def keep(self, line):
+        raw = isinstance(line, bytes)
+        text = line.decode("utf-8", "replace") if raw else line
+        shown = self._keep(text)
+        return shown.encode("utf-8") if raw else shown
+
+    def _keep(self, text):
+        if self._block:
+            if text.startswith("Additional Info"):
+                return ""
+            self._block -= 1
+            if self._block == 0:
+                # The ~~~ line, and what came after it on the same line.
+                rest = TILDES.sub("", text, count=1)
+                return self._keep(rest) if rest.strip() else ""
+            return ""
+        if DROPPED.search(text):
+            self.dropped += 1
+        elif any(pattern.search(text) for pattern in NOISE):
+            self.noise += 1
+        else:
+            return text
+        if LOCATED.match(text):
+            self._block = 2
+        return ""
+
+
+# 0.27 prints a stats() value as "{ .count = N, .average = N, .total = N }",
+# 0.17 and 0.23 as "count N, average N, total N": the tools show the one
+# form, which is also what their readers parse.
+STATS = re.compile(r"\{ \.count = (-?\d+), \.average = (-?\d+), "
+                   r"\.total = (-?\d+) \}")
+
+
+def normalize(text):
+    """bpftrace's printed maps in the form of 0.17, whatever the
+    version."""
+    return STATS.sub(r"count \1, average \2, total \3", text)
