@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 TESTED = ((0, 17), (0, 23), (0, 27))
 
@@ -78,12 +79,46 @@ class Bpftrace:
 
 _FOUND = {}
 
+# Where bpftrace finds the kernel's uprobe_events and tracepoints.  A fresh
+# machine, and most containers, have it unmounted: bpftrace then still
+# attaches USDT probes, but says "open(.../uprobe_events): No such file"
+# and "failed to detach probe" for each, and finds no tracepoint.
+TRACEFS = "/sys/kernel/tracing"
+
+
+def ensure_tracefs(path=TRACEFS):
+    """Mount tracefs on *path* where it is not mounted, as root, and say
+    so on stderr; not root, Error with the command that mounts it."""
+    if os.path.exists(os.path.join(path, "uprobe_events")):
+        return
+    command = "mount -t tracefs nodev %s" % path
+    if os.geteuid() != 0:
+        raise Error("tracefs is not mounted on %s, and bpftrace needs it; "
+                    "as root, run: %s" % (path, command))
+    try:
+        proc = subprocess.run(command.split(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise Error("tracefs is not mounted on %s, and %s failed: %s"
+                    % (path, command, error)) from None
+    if proc.returncode != 0 or not os.path.exists(
+            os.path.join(path, "uprobe_events")):
+        raise Error("tracefs is not mounted on %s, and %s failed: %s"
+                    % (path, command,
+                       proc.stdout.decode("utf-8", "replace").strip()
+                       or "exit %d" % proc.returncode))
+    sys.stderr.write("usdt: mounted tracefs on %s (bpftrace needs it)\n"
+                     % path)
+
 
 def find():
-    """The bpftrace on PATH, or Error saying how to get one."""
+    """The bpftrace on PATH, or Error saying how to get one; tracefs
+    mounted first (ensure_tracefs)."""
     path = shutil.which("bpftrace")
     if path is None:
         raise Error("bpftrace not found (apt-get install bpftrace)")
+    ensure_tracefs()
     if path not in _FOUND:
         try:
             text = subprocess.run([path, "--version"],
