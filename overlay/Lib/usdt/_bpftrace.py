@@ -67,6 +67,21 @@ class Bpftrace:
                 env[name] = str(value)
         return env
 
+    @property
+    def default_strlen(self):
+        """The string limit this version takes when none is given: 64
+        up to 0.17, 1024 from 0.23 (and, untested, in between)."""
+        if self.version is not None and self.version[:2] <= (0, 17):
+            return 64
+        return 1024
+
+    def kept(self, strlen):
+        """The bytes of a string that a limit of *strlen* keeps: strlen -
+        1 up to 0.23, strlen from 0.27 (sizeof(str()) is strlen in
+        both)."""
+        if self.version is not None and self.version[:2] >= (0, 27):
+            return strlen
+        return strlen - 1
 
     def drop_flags(self):
         """The options that make this version warn of each update that a
@@ -151,6 +166,10 @@ def untested_note(bpftrace):
 # with a newline: the next output follows on the same line).
 LOCATED = re.compile(r"^\S+:\d+:\d+(?:-\d+)?: WARNING: ")
 TILDES = re.compile(r"^\s*~+")
+# 0.27's warning about lines FIRST to LAST (a while loop):
+# "FILE:FIRST-LAST: WARNING: ...", those lines of the program, and a
+# "HINT: ..." line.
+RANGED = re.compile(r"^\S+:(\d+)-(\d+): WARNING: ")
 
 # A map was full, so an update was refused: an event dropped.  0.17 says
 # so with -k; 0.23 with -k; 0.27 always.
@@ -176,6 +195,12 @@ NOISE = (
     re.compile(r"WARNING: Return value discarded"),
     re.compile(r"WARNING: Unnecessary cast"),
     re.compile(r"WARNING: Expression of type: \w+ being cast to type"),
+    re.compile(r"WARNING: signed operands for '[^']+' can lead to "
+               r"undefined behavior"),
+    # 0.27, where a script's optional argument (latency.bt's $3) is left
+    # out.
+    re.compile(r"WARNING: Positional parameter \$\d+ is empty or not "
+               r"provided"),
     # 0.27 reads it for kprobes, which the toolkit does not use.
     re.compile(r"WARNING: Could not read functions from "
                r"\S*available_filter_functions"),
@@ -191,6 +216,8 @@ class NoiseFilter:
         self.dropped = 0
         self.noise = 0
         self._block = 0     # lines of a warning's block still to come
+        self._lines = 0     # program lines of a RANGED warning to come
+        self._hint = False  # a RANGED warning's HINT line may come
 
     def keep(self, line):
         raw = isinstance(line, bytes)
@@ -199,6 +226,14 @@ class NoiseFilter:
         return shown.encode("utf-8") if raw else shown
 
     def _keep(self, text):
+        if self._lines:
+            self._lines -= 1
+            self._hint = self._lines == 0
+            return ""
+        if self._hint:
+            self._hint = False
+            if text.startswith("HINT: "):
+                return ""
         if self._block:
             if text.startswith("Additional Info"):
                 return ""
@@ -214,8 +249,11 @@ class NoiseFilter:
             self.noise += 1
         else:
             return text
+        ranged = RANGED.match(text)
         if LOCATED.match(text):
             self._block = 2
+        elif ranged:
+            self._lines = int(ranged.group(2)) - int(ranged.group(1)) + 1
         return ""
 
 
