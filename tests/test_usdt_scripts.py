@@ -1381,10 +1381,11 @@ NOTICE_WHAT = {"lines.bt": "paths",
 
 def script_strlen(name):
     """The BPFTRACE_STRLEN that script *name* needs, which its BEGIN
-    compares with sizeof(str(0)) to say so when it starts with less; None
+    compares with sizeof(str(nsecs * 0)) to say so when it starts with
+    less; None
     for a script without that check."""
     with open(script_path(name)) as f:
-        found = re.search(r"sizeof\(str\(0\)\) < (\d+)", f.read())
+        found = re.search(r"sizeof\(str\(nsecs \* 0\)\) < (\d+)", f.read())
     return int(found.group(1)) if found else None
 
 
