@@ -1,5 +1,6 @@
 """Shared helpers for the tests of the built interpreter and its driver."""
 
+import importlib.util
 import os
 import re
 import shutil
@@ -18,6 +19,55 @@ BUILD = os.path.join(TOP, "build")
 PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, os.environ.get("SERIES", "3.13"),
                                      "obj", "python"))
+
+
+_bpftrace_module = None
+
+
+def bpftrace_module():
+    """usdt._bpftrace of this tree (overlay/Lib/usdt), the runner that
+    knows how each bpftrace version differs."""
+    global _bpftrace_module
+    if _bpftrace_module is None:
+        path = os.path.join(TOP, "overlay", "Lib", "usdt", "_bpftrace.py")
+        spec = importlib.util.spec_from_file_location("usdt_bpftrace", path)
+        _bpftrace_module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_bpftrace_module)
+    return _bpftrace_module
+
+
+def bpftrace_runner():
+    """The bpftrace on PATH, as usdt._bpftrace finds it: its version, and
+    environ(strlen, keys) that sets its limits the way it reads them."""
+    return bpftrace_module().find()
+
+
+def bpftrace_env(strlen=None, keys=None, **extra):
+    """os.environ with bpftrace's string and map limits set the way the
+    bpftrace on PATH reads them, and *extra*."""
+    env = bpftrace_runner().environ(strlen=strlen, keys=keys)
+    env.update(extra)
+    return env
+
+
+def bpftrace_output(text):
+    """bpftrace's output *text* as usdt.tools shows it: without the known
+    harmless warnings that 0.27 prints among it, in 0.17's format."""
+    module = bpftrace_module()
+    noise = module.NoiseFilter()
+    return module.normalize("".join(
+        noise.keep(line) for line in text.splitlines(keepends=True)))
+
+
+def bpftrace_lines(pipe):
+    """The lines of bpftrace's output as they come from *pipe*, as
+    bpftrace_output() gives them."""
+    module = bpftrace_module()
+    noise = module.NoiseFilter()
+    for line in pipe:
+        line = noise.keep(line)
+        if line:
+            yield module.normalize(line)
 
 
 def run(cmd, **kwargs):
@@ -399,13 +449,16 @@ class Bpftrace:
 
     @staticmethod
     def run(program, script, timeout=120, env=None, args=()):
-        """bpftrace -e program -c 'PYTHON script' (paths without spaces)."""
+        """bpftrace -e program -c 'PYTHON script' (paths without spaces),
+        its output as bpftrace_output() gives it."""
         if " " in PYTHON or " " in script:
             raise ValueError("bpftrace -c splits on spaces: %r %r"
                              % (PYTHON, script))
         cmd = ["bpftrace", "-q", *args, "-e", program,
                "-c", "%s %s" % (PYTHON, script)]
-        return run(cmd, timeout=timeout, env=env)
+        proc = run(cmd, timeout=timeout, env=env)
+        proc.stdout = bpftrace_output(proc.stdout)
+        return proc
 
     @staticmethod
     def maps(stdout):
