@@ -23,7 +23,7 @@ import tempfile
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP,
+from support import (Bpftrace, PYTHON, Semaphore, TOP, bpftrace_env,
                      assert_tool_refused_free_threaded, free_threaded,
                      iter_lines, pystack_filename, readline, start,
                      tracer_unusable)
@@ -71,7 +71,7 @@ def run_workload(mode, interval=None):
     reason = Bpftrace.usable()
     if reason is not None:
         tracer_unusable(reason)
-    env = dict(os.environ, ALLOC_MODE=mode, BPFTRACE_MAP_KEYS_MAX="262144")
+    env = bpftrace_env(keys=262144, ALLOC_MODE=mode)
     env.pop("PYTHONUSDTALLOCINTERVAL", None)
     if interval is not None:
         env["PYTHONUSDTALLOCINTERVAL"] = str(interval)
