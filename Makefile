@@ -35,6 +35,7 @@ export SERIES
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
+.PHONY: check-bpftrace-versions
 .PHONY: dtrace-root check-dtrace
 
 all: build
@@ -158,6 +159,12 @@ check-regrtest-armed: build
 
 check-regrtest-armed-full: build
 	tools/regrtest $(S)/obj armed-full
+
+# The toolkit's tests (usdt.tools, Tools/usdt, pystack, the allocation
+# tools) with bpftrace 0.17 (this machine's), 0.23 (Debian 13) and 0.27
+# (forky), from the Debian roots of tools/bpftrace-root, built if missing.
+check-bpftrace-versions: build
+	tools/check-bpftrace-versions $(S)/obj
 
 # Trees of build/pristine, which tools/prepare makes once per tarball:
 # they do not depend on our patches or overlay.
