@@ -906,4 +906,8 @@ def main(argv=None):
 
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # SIGINT stops tracing and prints (Ctrl-C, kill -INT): also in a
+    # process that was started with it ignored, as a shell script starts
+    # its background jobs, where Python would leave it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())

@@ -1549,4 +1549,9 @@ def interrupt(signum, frame):
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT stops tracing and prints: python -m usdt.tools stops it so at
+    # the end of -d.  Also in a process started with SIGINT ignored, as a
+    # shell script starts its background jobs, where Python would leave it
+    # ignored and -d would never end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
