@@ -23,6 +23,9 @@ import subprocess
 import sys
 
 TESTED = ((0, 17), (0, 23), (0, 27))
+# The BPFTRACE_PERF_RB_PAGES that environ() gives a version after 0.17,
+# unless one is set (0.17 keeps its default, 64).
+LATER_RB_PAGES = 1024
 
 
 class Error(Exception):
@@ -48,7 +51,8 @@ class Bpftrace:
     def environ(self, strlen=None, keys=None, base=None):
         """*base* (os.environ) with the limits set the way this version
         reads them: names and strings cut to strlen - 1 bytes, keys
-        entries per map."""
+        entries per map; and, after 0.17, no trailer on a string cut and
+        a larger output buffer."""
         env = dict(os.environ if base is None else base)
         for value, old, new in ((strlen, "BPFTRACE_STRLEN",
                                  "BPFTRACE_MAX_STRLEN"),
@@ -65,6 +69,14 @@ class Bpftrace:
                 names = (new,)
             for name in names:
                 env[name] = str(value)
+        if self.version is None or self.version[:2] > (0, 17):
+            # 0.23 ends a string cut at the limit with "..", which reads as
+            # part of it (a file name): the tools mark their own cuts.
+            env["BPFTRACE_STR_TRUNC_TRAILER"] = ""
+            # Its buffer for printf()'s records, 64 pages by default,
+            # lost 864 of pystack's records in test_pystack's GIL waits
+            # (0.17's did not); 1024 pages lost none.
+            env.setdefault("BPFTRACE_PERF_RB_PAGES", str(LATER_RB_PAGES))
         return env
 
     @property
@@ -175,6 +187,11 @@ RANGED = re.compile(r"^\S+:(\d+)-(\d+): WARNING: ")
 # so with -k; 0.23 with -k; 0.27 always.
 DROPPED = re.compile(r"WARNING: (Failed to map_update_elem: Argument list "
                      r"too long|Map full; can't update element)")
+
+# The kernel refused to load a program (too large, too complex): 0.17
+# says "Error loading program", 0.23 and 0.27 "Error loading BPF program
+# for PROBE".
+LOAD_REFUSED = re.compile(r"Error loading (?:BPF )?program")
 
 # Warnings that say nothing about the results.
 NOISE = (

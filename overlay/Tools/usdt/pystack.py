@@ -772,7 +772,8 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
             if lost:
                 notes["records lost by bpftrace (the traced program went "
                       "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
-                      "64)"] += int(lost.group(1))
+                      "64, or %d after bpftrace 0.17)"
+                      % _bpftrace.LATER_RB_PAGES] += int(lost.group(1))
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
@@ -1363,7 +1364,7 @@ def run_bpftrace(text, args, interp_path=None):
             if not args.save:
                 os.unlink(output)
             errors = bpftrace_errors("".join(stderr))
-            if "Error loading program" in errors:
+            if _bpftrace.LOAD_REFUSED.search(errors):
                 # The walker's loops are unrolled or bounded by these:
                 # on this kernel 1500 entries loaded, 2000 did not.
                 errors += ("\n(the kernel refused the program, which grows "
