@@ -125,7 +125,7 @@ arm_start() {
     local python=$1 dir=$2 probe errors known
     shift 2
     ARM_DIR=$dir ARM_SKIP= ARM_PYTHON=$python ARM_LEFT_OUT=
-    known=$(awk '!/^#/ && NF { print ($1 ~ /:/ ? $1 : "python:" $1) }' "$TOP/tests/probes.txt")
+    known=$(arm_probes)   # ARM_LEFT_OUT is empty here: every probe
     for probe in "$@"; do
         case $probe in *:*) ;; *) probe=python:$probe ;; esac
         grep -qxF "$probe" <<<"$known" ||
