@@ -95,6 +95,30 @@ class Bpftrace:
             return strlen
         return strlen - 1
 
+    @property
+    def exit_newlines(self):
+        """The empty lines this version writes on its stdout when it
+        ends, even with -o: two up to 0.23 (its run_bpftrace.cpp wrote
+        two newlines before printing the maps), none from 0.24, whose
+        output drivers dropped them.  Unknown versions: none, so that no
+        newline of the traced command's output is taken for them."""
+        if self.version is not None and self.version[:2] <= (0, 23):
+            return 2
+        return 0
+
+    @property
+    def range_loops(self):
+        """Whether this version has range loops, for ($i : A..B): from
+        0.24, which makes each a bpf_loop() call, whose body the kernel
+        checks once, not once per iteration as it does a while loop's;
+        0.25 deprecates while loops (a warning for each)."""
+        return self.version is None or self.version[:2] >= (0, 24)
+
+    def loops(self, text):
+        """The program *text*, written with range loops, with its loops
+        as this version takes them (while_loops() before 0.24)."""
+        return text if self.range_loops else while_loops(text)
+
     def drop_flags(self):
         """The options that make this version warn of each update that a
         full map refuses: -k up to 0.23 (0.27 always warns, and its -k
@@ -102,6 +126,87 @@ class Bpftrace:
         if self.version is not None and self.version[:2] >= (0, 27):
             return []
         return ["-k"]
+
+
+# A range loop, alone on its line: "for ($v : START..END) {".
+RANGE_LOOP = re.compile(r"^(\s*)for \((\$\w+) : (.+?)\.\.(.+)\) \{\s*$")
+
+
+def while_loops(text):
+    """*text* with each range loop, "for ($v : START..END) {" alone on
+    its line, written as the while loop of 0.17 to 0.23: "$v = START;
+    while ($v < END) {", with "$v++;" at the end of its body and before
+    each "continue;" of the loop.  A loop's closing brace must begin its
+    line; braces in strings and comments are not counted."""
+    out = []
+    blocks = []  # per open brace: the variable of a loop to step, or ""
+    comment = False
+    for line in text.splitlines(keepends=True):
+        match = RANGE_LOOP.match(line)
+        if match and not comment:
+            indent, var, start, end = match.groups()
+            out.append("%s%s = %s;\n%swhile (%s < %s) {\n"
+                       % (indent, var, start, indent, var, end))
+            blocks.append(var)
+            continue
+        code, comment = _code(line, comment)
+        if re.match(r"\s*while\b", code):
+            loop = "while"
+        else:
+            loop = None
+        for at, char in enumerate(code):
+            if char == "{":
+                blocks.append(loop or "")
+                loop = None
+            elif char == "}":
+                if not blocks:
+                    raise ValueError("unbalanced }: %r" % line)
+                var = blocks.pop()
+                if var and var != "while":
+                    if code[:at].strip():
+                        raise ValueError("a loop's } must begin its "
+                                         "line: %r" % line)
+                    indent = line[:len(line) - len(line.lstrip())]
+                    out.append("%s\t%s++;\n" % (indent, var))
+        if re.search(r"\bcontinue\s*;", code):
+            loops = [var for var in blocks if var]
+            if loops and loops[-1] != "while":
+                line = re.sub(r"\bcontinue\s*;",
+                              "%s++; continue;" % loops[-1], line)
+        out.append(line)
+    if blocks:
+        raise ValueError("unbalanced {: %d left open" % len(blocks))
+    return "".join(out)
+
+
+def _code(line, comment):
+    """(the code of *line*, without its strings and comments, blanked
+    out; whether a /* comment is open after it), *comment* saying
+    whether one is open before it."""
+    code = []
+    at = 0
+    while at < len(line):
+        if comment:
+            end = line.find("*/", at)
+            if end < 0:
+                return "".join(code), True
+            code.append(" " * (end + 2 - at))
+            at = end + 2
+            comment = False
+        elif line.startswith("/*", at):
+            comment = True
+        elif line.startswith("//", at):
+            break
+        elif line[at] == '"':
+            end = at + 1
+            while end < len(line) and line[end] != '"':
+                end += 2 if line[end] == "\\" else 1
+            code.append(" " * (end + 1 - at))
+            at = end + 1
+        else:
+            code.append(line[at])
+            at += 1
+    return "".join(code), comment
 
 
 _FOUND = {}
@@ -178,6 +283,9 @@ def untested_note(bpftrace):
 # with a newline: the next output follows on the same line).
 LOCATED = re.compile(r"^\S+:\d+:\d+(?:-\d+)?: WARNING: ")
 TILDES = re.compile(r"^\s*~+")
+# 0.27's note after a warning on a macro's expansion, in the same form:
+# "FILE:LINE:COL-COL: WARNING: expanded from", the line, the ~~~ line.
+EXPANSION = re.compile(r"^\S+:\d+:\d+(?:-\d+)?: WARNING: expanded from$")
 # 0.27's warning about lines FIRST to LAST (a while loop):
 # "FILE:FIRST-LAST: WARNING: ...", those lines of the program, and a
 # "HINT: ..." line.
@@ -235,6 +343,7 @@ class NoiseFilter:
         self._block = 0     # lines of a warning's block still to come
         self._lines = 0     # program lines of a RANGED warning to come
         self._hint = False  # a RANGED warning's HINT line may come
+        self._expansion = False  # the last warning was left out
 
     def keep(self, line):
         raw = isinstance(line, bytes)
@@ -243,6 +352,13 @@ class NoiseFilter:
         return shown.encode("utf-8") if raw else shown
 
     def _keep(self, text):
+        if EXPANSION.match(text):
+            if self._expansion:
+                self._block = 2
+                return ""
+            return text
+        if not self._block:
+            self._expansion = False
         if self._lines:
             self._lines -= 1
             self._hint = self._lines == 0
@@ -268,6 +384,10 @@ class NoiseFilter:
             return text
         ranged = RANGED.match(text)
         if LOCATED.match(text):
+            # 0.27 follows a warning on a macro's expansion with a
+            # located "WARNING: expanded from" note of its own block:
+            # shown with its warning, so left out with it.
+            self._expansion = True
             self._block = 2
         elif ranged:
             self._lines = int(ranged.group(2)) - int(ranged.group(1)) + 1

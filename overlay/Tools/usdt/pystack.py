@@ -1250,11 +1250,12 @@ def bpftrace_errors(stderr):
                      if noise.keep(line)).strip()
 
 
-def forward_stdout(pipe, out):
+def forward_stdout(pipe, out, newlines):
     """Copy bpftrace's stdout (the -c command's output) to out, but for
-    the two empty lines that bpftrace 0.17 prints when it exits, and the
-    warnings that bpftrace 0.27 prints there while it compiles, before
-    the command starts."""
+    the *newlines* empty lines that bpftrace prints there when it exits
+    (Bpftrace.exit_newlines: two up to 0.23, none from 0.24, so that the
+    command's own last newline is kept), and the warnings that bpftrace
+    0.27 prints there while it compiles, before the command starts."""
     held = b""
     noise = _bpftrace.NoiseFilter()
     compiling = True
@@ -1277,7 +1278,8 @@ def forward_stdout(pipe, out):
                     break
             if compiling:
                 continue
-        keep = len(data) - min(2, len(data) - len(data.rstrip(b"\n")))
+        keep = len(data) - min(newlines,
+                               len(data) - len(data.rstrip(b"\n")))
         out.write(data[:keep])
         out.flush()
         held = data[keep:]
@@ -1330,7 +1332,8 @@ def run_bpftrace(text, args, interp_path=None):
         stderr = []
         threads = [
             threading.Thread(target=forward_stdout,
-                             args=(proc.stdout, sys.stdout.buffer)),
+                             args=(proc.stdout, sys.stdout.buffer,
+                                   runner.exit_newlines)),
             threading.Thread(target=forward_stderr,
                              args=(proc.stderr, sys.stderr.buffer, stderr))]
         symbolizer = None

@@ -1,0 +1,83 @@
+"""usdt._bpftrace, the one place that knows how bpftrace versions differ,
+on output each version really printed (kept here as text): what its
+NoiseFilter leaves out and shows, and the empty lines each version adds
+to its stdout when it ends.  The tools' tests run the same code against
+each bpftrace (make check-bpftrace-versions); these need none.
+"""
+
+import unittest
+
+from support import bpftrace_module
+
+# bpftrace 0.27's stdout while it compiled pystack.py's program: warnings
+# that 0.17 needs the constructs of, one of them on a macro, whose
+# expansion 0.27 notes in a block of its own.  Then the -c command's
+# output.
+COMPILE_027 = """\
+/tmp/pystack4/pystack.bt:153:14-22: WARNING: Unnecessary cast: expression \
+is already of type uint64
+        $cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
+                   ~~~~~~~~
+/tmp/pystack4/pystack.bt:153:14-22: WARNING: expanded from
+        $cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
+                   ~~~~~~~~
+/tmp/pystack4/pystack.bt:156:27-34: WARNING: Unnecessary cast: expression \
+is already of type int64
+               $field, $cstack, (int64)$length, str(uptr($data)));
+                                ~~~~~~~
+TRUTH big 180039576
+"""
+
+
+def shown(lines):
+    noise = bpftrace_module().NoiseFilter()
+    kept = [noise.keep(line) for line in lines]
+    return kept[0][:0].join(kept), noise
+
+
+class NoiseFilterTest(unittest.TestCase):
+
+    def test_warning_on_a_macro_left_out_with_its_expansion(self):
+        text, noise = shown(COMPILE_027.splitlines(keepends=True))
+        self.assertEqual(text, "TRUTH big 180039576\n")
+        self.assertEqual(noise.noise, 2)
+
+    def test_expansion_of_a_shown_warning_shown(self):
+        # A warning the filter does not know is shown, and so is the note
+        # on its macro's expansion.
+        lines = COMPILE_027.replace("Unnecessary cast",
+                                    "Something new").splitlines(True)
+        text, noise = shown(lines)
+        self.assertIn("WARNING: Something new", text)
+        self.assertIn("WARNING: expanded from", text)
+        self.assertEqual(noise.noise, 0)
+
+    def test_bytes_as_text(self):
+        lines = COMPILE_027.encode().splitlines(keepends=True)
+        text, _ = shown(lines)
+        self.assertEqual(text, b"TRUTH big 180039576\n")
+
+
+class ExitNewlinesTest(unittest.TestCase):
+    """0.17 and 0.23 end their stdout with two newlines of their own,
+    even with -o (bpftrace's run_bpftrace.cpp until 0.24); 0.27 with
+    none, so the -c command's last newline is its own."""
+
+    def runner(self, version):
+        module = bpftrace_module()
+        return module.Bpftrace("bpftrace", version, "v%d.%d.%d" % version)
+
+    def test_by_version(self):
+        self.assertEqual(self.runner((0, 17, 0)).exit_newlines, 2)
+        self.assertEqual(self.runner((0, 23, 2)).exit_newlines, 2)
+        self.assertEqual(self.runner((0, 24, 0)).exit_newlines, 0)
+        self.assertEqual(self.runner((0, 27, 0)).exit_newlines, 0)
+
+    def test_unknown_version_keeps_every_newline(self):
+        module = bpftrace_module()
+        self.assertEqual(
+            module.Bpftrace("bpftrace", None, "no version").exit_newlines, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
