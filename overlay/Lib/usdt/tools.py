@@ -408,7 +408,7 @@ def trace(tool, script, args, extra, strlen=None):
     text = text.strip("\n") + "\n" if text.strip() else ""
     if dropped:
         sys.stderr.write("usdt.tools %s: %d events dropped: a map was full "
-                         "(BPFTRACE_MAP_KEYS_MAX=%s); give more with "
+                         "(%s keys per map); give more with "
                          "--map-keys\n" % (tool.name, dropped, keys or 4096))
     return status, text
 

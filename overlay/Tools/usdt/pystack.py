@@ -338,7 +338,8 @@ PROGRAM = r"""
  * evaluator pushes first: this frame is the outermost that activation
  * runs.  Top 1: the thread's current frame is such an entry frame (an
  * activation that runs no frame yet).
- * Run it with BPFTRACE_STRLEN set to STRLEN in the environment.
+ * Run it with bpftrace's string limit set to STRLEN in the environment
+ * (BPFTRACE_STRLEN up to bpftrace 0.17, BPFTRACE_MAX_STRLEN later).
  */
 MACROS
 
@@ -1479,9 +1480,10 @@ def main(argv=None):
                         help="thread states searched per interpreter "
                         "(default %(default)s)")
     parser.add_argument("--strlen", type=int, default=DEFAULT_STRLEN,
-                        help="BPFTRACE_STRLEN: names and files keep their "
-                        "last STRLEN - 1 bytes (default %(default)s, the "
-                        "most bpftrace allows)")
+                        help="bpftrace's string limit: names and files "
+                        "keep their last STRLEN - 1 bytes (STRLEN from "
+                        "bpftrace 0.27; default %(default)s, the most "
+                        "bpftrace 0.17 allows)")
     parser.add_argument("--print-program", action="store_true",
                         help="print the bpftrace program and exit")
     parser.add_argument("--save", metavar="FILE",
