@@ -613,6 +613,13 @@ else
 fi
 [ "${STANDIN_FAIL:-}" != 10 ]
 """,
+    "check-bpftrace-versions": """
+# make check runs the versions of Debian 13 and forky, not this machine's.
+[ "$BPFTRACE_SUITES" = "trixie forky" ] || exit 3
+echo 'Ran 40 tests in 90.0s'; echo 'OK (skipped=1)'
+echo 'Ran 12 tests in 60.0s'; echo 'OK'
+[ "${STANDIN_FAIL:-}" != 11 ]
+""",
     "check-install": """
 n=7; [ "${1:-}" != --shared ] || n=8
 echo 'check-install: make install' >&2
@@ -699,6 +706,8 @@ class CheckAllTest(unittest.TestCase):
             "0 skipped",
             "tier 10 (D scripts under DTrace): passed: 19 tests run, "
             "0 failed, 2 skipped",
+            "tier 11 (toolkit on bpftrace 0.23 and 0.27): passed: 52 tests "
+            "run, 0 failed, 1 skipped",
             "left behind in %s: nothing new (python-usdt-*, perf-PID.map)"
             % self.systmp])
 
@@ -713,12 +722,12 @@ class CheckAllTest(unittest.TestCase):
 
     def test_summary_after_a_failure(self):
         # The tiers run so far, and those that did not run.
-        for tier in (2, 4, 7, 10):
+        for tier in (2, 4, 7, 10, 11):
             with self.subTest(tier=tier):
                 proc, lines = self.check_all(STANDIN_FAIL=str(tier))
                 self.assertNotEqual(proc.returncode, 0, proc.stderr)
-                self.assertEqual(len(lines), 11, proc.stderr)
-                for n, line in enumerate(lines[:10], 1):
+                self.assertEqual(len(lines), 12, proc.stderr)
+                for n, line in enumerate(lines[:11], 1):
                     self.assertTrue(line.startswith("tier %d (" % n), line)
                     if n == tier:
                         self.assertIn("): FAILED: ", line)
