@@ -194,6 +194,8 @@ def _code(line, comment):
             at = end + 2
             comment = False
         elif line.startswith("/*", at):
+            code.append("  ")
+            at += 2
             comment = True
         elif line.startswith("//", at):
             break
@@ -244,13 +246,15 @@ def ensure_tracefs(path=TRACEFS):
                      % path)
 
 
-def find():
+def find(tracefs=True):
     """The bpftrace on PATH, or Error saying how to get one; tracefs
-    mounted first (ensure_tracefs)."""
+    mounted first (ensure_tracefs) unless *tracefs* is false (to write
+    a program for it, not run one)."""
     path = shutil.which("bpftrace")
     if path is None:
         raise Error("bpftrace not found (apt-get install bpftrace)")
-    ensure_tracefs()
+    if tracefs:
+        ensure_tracefs()
     if path not in _FOUND:
         try:
             text = subprocess.run([path, "--version"],
@@ -313,7 +317,11 @@ NOISE = (
     # scripts do on purpose (it reads as 0).
     re.compile(r"WARNING: Can't lookup map element because it does not "
                r"exist"),
-    # 0.23: pystack.py's reads of user memory through uptr().
+    # 0.23 and 0.27: a sum or comparison of a kernel and a user value,
+    # which pystack.py's programs make in a kernel probe (a tracepoint):
+    # the values they read through uptr() are the user's, 0.27's
+    # constants there the kernel's (0.23's casts of constants, which the
+    # programs avoid).  Nothing depends on it: every read is uptr()'s.
     re.compile(r"WARNING: Addrspace mismatch"),
     # 0.27's new compile-time advice, on constructs that 0.17 needs.
     re.compile(r"WARNING: While loops are deprecated"),
@@ -355,10 +363,10 @@ class NoiseFilter:
         if EXPANSION.match(text):
             if self._expansion:
                 self._block = 2
+                self._lines = 0
+                self._hint = False
                 return ""
             return text
-        if not self._block:
-            self._expansion = False
         if self._lines:
             self._lines -= 1
             self._hint = self._lines == 0
@@ -367,6 +375,8 @@ class NoiseFilter:
             self._hint = False
             if text.startswith("HINT: "):
                 return ""
+        if not self._block:
+            self._expansion = False
         if self._block:
             if text.startswith("Additional Info"):
                 return ""
@@ -390,6 +400,10 @@ class NoiseFilter:
             self._expansion = True
             self._block = 2
         elif ranged:
+            # 0.27's warning on lines FIRST to LAST (a while loop, an
+            # expression over two lines), which an expansion note may
+            # follow too.
+            self._expansion = True
             self._lines = int(ranged.group(2)) - int(ranged.group(1)) + 1
         return ""
 

@@ -360,7 +360,11 @@ NATIVE
 	/* The thread state: the thread-local _Py_tss_tstate, which is NULL
 	 * while the thread does not hold the GIL, else the thread state of
 	 * any interpreter whose native_thread_id is this thread's. */
-	$tstate = (uint64)0;
+	/* Typed constants are casts of uptr(): bpftrace 0.23 gives a cast
+	 * of a constant the probe's address space (a tracepoint's: the
+	 * kernel's), and warns "Addrspace mismatch" at each sum of it and a
+	 * value read through uptr(), which is the user's. */
+	$tstate = (uint64)uptr(0);
 	if (TSTATE_TLS != 0) {
 		$tstate = *uptr((uint64 *)($task->thread.fsbase - TSTATE_TLS));
 		if ($tstate != 0 &&
@@ -369,20 +373,22 @@ NATIVE
 		}
 	}
 	$interp = *uptr((uint64 *)($runtime + RT_INTERPRETERS_HEAD));
-	$i = 0;
-	while ($i < MAX_INTERPRETERS && $tstate == 0 && $interp != 0) {
+	for ($interps : 0..MAX_INTERPRETERS) {
+		if ($tstate != 0 || $interp == 0) {
+			break;
+		}
 		$t = *uptr((uint64 *)($interp + IS_THREADS_HEAD));
-		$j = 0;
-		while ($j < MAX_THREADS && $t != 0) {
+		for ($threads : 0..MAX_THREADS) {
+			if ($t == 0) {
+				break;
+			}
 			if (*uptr((uint64 *)($t + TS_NATIVE_THREAD_ID)) == tid) {
 				$tstate = $t;
 				break;
 			}
 			$t = *uptr((uint64 *)($t + TS_NEXT));
-			$j++;
 		}
 		$interp = *uptr((uint64 *)($interp + IS_NEXT));
-		$i++;
 	}
 	if ($tstate == 0) {
 		printf("PYSTACK Z %d %lu 2 %lu %lu\n", tid, $event,
@@ -402,17 +408,15 @@ NATIVE
 	    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
 	$top = $cstack;
 	$frame += $cstack * (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
-	$depth = (uint64)0;
-	$field = (uint64)0;
-	$i = 0;
-	while ($i < 2 * MAX_DEPTH) {
+	$depth = (uint64)uptr(0);
+	$field = (uint64)uptr(0);
+	for ($strings : 0..FRAME_STRINGS) {
 		if ($frame == 0) {
 			break;
 		}
-		$i++;
 		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
 		$s = *uptr((uint64 *)($code + CO_NAME +
-		    $field * (uint64)(CO_FILENAME - CO_NAME)));
+		    $field * (uint64)uptr(CO_FILENAME - CO_NAME)));
 		/* ASCII: the characters follow the object; else its UTF-8
 		 * copy, if the interpreter made one (else length -1) */
 		$ascii = (*uptr((uint32 *)($s + U_STATE)) >> U_STATE_ASCII_BIT) & 1;
@@ -423,9 +427,9 @@ NATIVE
 		$missing = ($data - 1) >> 63;
 		$length = $length * (1 - $missing) - $missing;
 		/* a long string keeps its end, which names the file */
-		$over = ((uint64)(STRLEN - 1) - $length) >> 63;
+		$over = ((uint64)uptr(STRLEN - 1) - $length) >> 63;
 		$over &= 1 - $missing;
-		$data += $over * ($length - (uint64)(STRLEN - 1));
+		$data += $over * ($length - (uint64)uptr(STRLEN - 1));
 		/* the previous frame (and the one before it if the C stack
 		 * owns it), which the frame's file moves to */
 		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
@@ -470,12 +474,10 @@ NATIVE
 	 * instruction.  The pretend frame: its table has ended. */
 	$entry = $event;
 	$limit = $event;
-	$ip = (uint64)0;
-	$entry_end = (uint64)0;
-	$line = (int64)0;
-	$n = 0;
-	while ($n < MAX_ENTRIES) {
-		$n++;
+	$ip = (uint64)uptr(0);
+	$entry_end = (uint64)uptr(0);
+	$line = (int64)uptr(0);
+	for ($entries : 0..MAX_ENTRIES) {
 		$word = *uptr((uint64 *)$entry);
 		$kind = ($word >> 3) & 15;
 		/* kinds 10, 11, 12: two bits each in 0x2400000 */
@@ -491,7 +493,7 @@ NATIVE
 		    (($b3 & 63) << 12) * $more2 |
 		    ((($word >> 32) & 63) << 18) * $more3;
 		$sign = $v & 1;
-		$delta = (int64)((($v >> 1) ^ ((uint64)0 - $sign)) + $sign);
+		$delta = (int64)((($v >> 1) ^ ((uint64)uptr(0) - $sign)) + $sign);
 		$line += $delta * (int64)((0x6000 >> $kind) & 1);
 		$entry_end += (($word & 7) + 1) * 2;
 		/* bit 63 set: the entry covers $ip, or the table has ended */
@@ -525,10 +527,10 @@ NATIVE
 		 * byte of 2^(8k) * 0x0001020304050607. */
 		$mask1 = ($word >> 8) & 0x0080808080808080;
 		$mask2 = *uptr((uint64 *)($entry + 8)) & 0x8080808080808080;
-		$in1 = ((uint64)0 - $mask1) >> 63;
-		$k1 = ((($mask1 & ((uint64)0 - $mask1)) >> 7) *
+		$in1 = ((uint64)uptr(0) - $mask1) >> 63;
+		$k1 = ((($mask1 & ((uint64)uptr(0) - $mask1)) >> 7) *
 		    0x0001020304050607) >> 56;
-		$k2 = ((($mask2 & ((uint64)0 - $mask2)) >> 7) *
+		$k2 = ((($mask2 & ((uint64)uptr(0) - $mask2)) >> 7) *
 		    0x0001020304050607) >> 56;
 		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
 	}
@@ -579,6 +581,7 @@ def macros(interp, args):
         ("U_STATE_ASCII_BIT", 6, "state.ascii"),
         ("STRLEN", args.strlen, "BPFTRACE_STRLEN"),
         ("MAX_DEPTH", args.max_depth, "frames printed"),
+        ("FRAME_STRINGS", 2 * args.max_depth, "names and files printed"),
         ("MAX_ENTRIES", args.max_entries,
          "location entries decoded per event"),
         ("MAX_INTERPRETERS", 8, ""),
@@ -606,14 +609,15 @@ NATIVE_WALK = r"""
 	 * its return address.  A frame pointer that does not grow ends the
 	 * walk after its return address (a function without frame pointers
 	 * left another value in rbp); a read that fails gives 0, which ends
-	 * it too.  8 addresses per record, branch-free. */
-	$regs = (struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
-	    sizeof(struct pt_regs));
+	 * it too.  8 addresses per record, branch-free.  kptr(): kernel
+	 * memory, which bpftrace 0.27 would otherwise read as the user's in
+	 * a uprobe (a USDT marker), getting 0s. */
+	$regs = kptr((struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
+	    sizeof(struct pt_regs)));
 	$user = (uint64)($regs->cs == 0x33 ? 1 : 0);
 	$ip = $regs->ip * $user;
 	$bp = (uint64)uptr($regs->bp * $user);
-	$batch = 0;
-	while ($batch < NATIVE_BATCHES) {
+	for ($batch : 0..NATIVE_BATCHES) {
 		$a0 = $ip;
 		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
 		$bp = $next * ((($bp - $next) >> 63) & 1);
@@ -641,7 +645,6 @@ NATIVE_WALK = r"""
 		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
 		       tid, $event, $batch, $a0, $a1, $a2, $a3, $a4, $a5, $a6,
 		       $a7);
-		$batch++;
 		if ($ip == 0) {
 			break;
 		}
@@ -661,7 +664,11 @@ FILTER
 """
 
 
-def program(interp, args, probes):
+def program(interp, args, probes, runner=None):
+    """The bpftrace program, with its loops as the bpftrace *runner*
+    (a usdt._bpftrace.Bpftrace) takes them: range loops from 0.24, whose
+    bodies the kernel checks once, while loops before (also for no
+    runner: 0.24 to 0.27 still take them, with a warning)."""
     predicate = []
     if args.pid is not None:
         predicate.append("pid == %d" % args.pid)
@@ -697,7 +704,9 @@ def program(interp, args, probes):
             if which else "").replace("RELEASE_KEY", args.live[2])
     text = text.replace("(a release: RELEASE)", "(a release: %s)" % release,
                         1)
-    return text
+    if runner is None:
+        return _bpftrace.while_loops(text)
+    return runner.loops(text)
 
 
 # ------------------------------------------------------------- output
@@ -1522,7 +1531,15 @@ def main(argv=None):
         probes = [expand_probe(p, interp.path) for p in args.probe]
         if args.live:
             args.live[1] = expand_probe(args.live[1], interp.path)
-        text = program(interp, args, probes)
+        if args.print_program:
+            # For the bpftrace on PATH, if any; tracefs is not needed.
+            try:
+                runner = _bpftrace.find(tracefs=False)
+            except Error:
+                runner = None
+        else:
+            runner = _bpftrace.find()
+        text = program(interp, args, probes, runner)
         if args.print_program:
             sys.stdout.write(text)
             return 0
