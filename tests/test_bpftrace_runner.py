@@ -5,6 +5,8 @@ to its stdout when it ends.  The tools' tests run the same code against
 each bpftrace (make check-bpftrace-versions); these need none.
 """
 
+import io
+import os
 import unittest
 
 from support import bpftrace_module
@@ -77,6 +79,67 @@ class ExitNewlinesTest(unittest.TestCase):
         module = bpftrace_module()
         self.assertEqual(
             module.Bpftrace("bpftrace", None, "no version").exit_newlines, 0)
+
+
+def forwarded(data, newlines):
+    """What forward_stdout() copies of *data*, bpftrace's stdout."""
+    module = bpftrace_module()
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    out = io.BytesIO()
+    with open(read, "rb") as pipe:
+        module.forward_stdout(pipe, out, newlines)
+    return out.getvalue()
+
+
+class ForwardStdoutTest(unittest.TestCase):
+    """The -c command's output, as bpftrace's stdout carries it."""
+
+    def test_empty_lines_at_exit_left_out(self):
+        # 0.17 and 0.23: the command's output, then bpftrace's two.
+        self.assertEqual(forwarded(b"TRUTH small 6\n\n\n", 2),
+                         b"TRUTH small 6\n")
+
+    def test_last_newline_kept(self):
+        # 0.27: the command's last newline is all there is.
+        self.assertEqual(forwarded(b"TRUTH small 6\n", 0),
+                         b"TRUTH small 6\n")
+
+    def test_compile_warnings_left_out(self):
+        self.assertEqual(forwarded(COMPILE_027.encode(), 0),
+                         b"TRUTH big 180039576\n")
+
+
+class VerboseTest(unittest.TestCase):
+    """Without -v the warnings left out are counted in one line; with it
+    they are shown, and the version used is named."""
+
+    def setUp(self):
+        module = bpftrace_module()
+        self.addCleanup(os.environ.pop, module.VERBOSE, None)
+        os.environ.pop(module.VERBOSE, None)
+        module.LEFT_OUT[0] = 0
+        self.addCleanup(module.LEFT_OUT.__setitem__, 0, 0)
+
+    def test_counted(self):
+        module = bpftrace_module()
+        text, _ = shown(COMPILE_027.splitlines(keepends=True))
+        self.assertEqual(module.left_out_note("pystack"),
+                         "pystack: 2 known harmless bpftrace warnings not "
+                         "shown (-v shows them)\n")
+
+    def test_shown_with_verbose(self):
+        module = bpftrace_module()
+        module.set_verbose()
+        text, _ = shown(COMPILE_027.splitlines(keepends=True))
+        self.assertEqual(text, COMPILE_027)
+        self.assertEqual(module.left_out_note("pystack"), "")
+        runner = module.Bpftrace("/usr/bin/bpftrace", (0, 23, 2),
+                                 "bpftrace v0.23.2")
+        self.assertEqual(module.untested_note(runner),
+                         "usdt: using /usr/bin/bpftrace (bpftrace v0.23.2) "
+                         "(tested: 0.17, 0.23, 0.27)\n")
 
 
 if __name__ == "__main__":

@@ -271,14 +271,44 @@ def find(tracefs=True):
     return _FOUND[path]
 
 
+# Set (to 1) by usdt.tools -v and pystack.py -v, and so seen by the
+# pystack.py that usdt.tools runs: name the bpftrace used, and show the
+# warnings that NoiseFilter would leave out.
+VERBOSE = "USDT_TOOLS_VERBOSE"
+
+
+def verbose():
+    return os.environ.get(VERBOSE, "") not in ("", "0")
+
+
+def set_verbose():
+    os.environ[VERBOSE] = "1"
+
+
 def untested_note(bpftrace):
-    """A line for stderr when *bpftrace* is not a tested version, else
-    ""."""
+    """A line for stderr when *bpftrace* is not a tested version, or
+    verbose() (then it names the version used), else ""."""
+    tested = ", ".join("%d.%d" % v for v in TESTED)
     if bpftrace.tested:
+        if verbose():
+            return "usdt: using %s (tested: %s)\n" % (bpftrace, tested)
         return ""
     return ("note: %s is not a tested bpftrace version (tested: %s); "
-            "trying it\n" % (bpftrace,
-                             ", ".join("%d.%d" % v for v in TESTED)))
+            "trying it\n" % (bpftrace, tested))
+
+
+# The warnings that every NoiseFilter of this process left out.
+LEFT_OUT = [0]
+
+
+def left_out_note(who):
+    """A line for stderr that says how many known harmless warnings were
+    left out, if any, and how to see them; else ""."""
+    if not LEFT_OUT[0]:
+        return ""
+    return ("%s: %d known harmless bpftrace warning%s not shown (-v shows "
+            "%s)\n" % (who, LEFT_OUT[0], "s" if LEFT_OUT[0] > 1 else "",
+                       "them" if LEFT_OUT[0] > 1 else "it"))
 
 
 # A warning at a place in the program: "FILE:LINE:COL-COL: WARNING: ...",
@@ -356,7 +386,13 @@ class NoiseFilter:
     def keep(self, line):
         raw = isinstance(line, bytes)
         text = line.decode("utf-8", "replace") if raw else line
+        noise = self.noise
         shown = self._keep(text)
+        if verbose() and not shown:
+            # Counted all the same (the events dropped), but shown.
+            shown = text
+        elif self.noise > noise:
+            LEFT_OUT[0] += 1
         return shown.encode("utf-8") if raw else shown
 
     def _keep(self, text):
@@ -406,6 +442,49 @@ class NoiseFilter:
             self._expansion = True
             self._lines = int(ranged.group(2)) - int(ranged.group(1)) + 1
         return ""
+
+
+def forward_stdout(pipe, out, newlines):
+    """Copy bpftrace's stdout (the -c command's output) to out, but for
+    the *newlines* empty lines that bpftrace prints there when it exits
+    (Bpftrace.exit_newlines: two up to 0.23, none from 0.24, so that the
+    command's own last newline is kept), and the warnings that bpftrace
+    0.27 prints there while it compiles, before the command starts."""
+    held = b""
+    noise = NoiseFilter()
+    compiling = True
+    while True:
+        chunk = os.read(pipe.fileno(), 65536)
+        if not chunk:
+            break
+        data = held + chunk
+        if compiling:
+            # Whole lines only, until one is not a warning's.
+            lines = data.splitlines(keepends=True)
+            held = b"" if data.endswith(b"\n") else lines.pop()
+            data = b""
+            for index, line in enumerate(lines):
+                shown = noise.keep(line)
+                if shown and not noise._block:
+                    compiling = False
+                    data = shown + b"".join(lines[index + 1:]) + held
+                    held = b""
+                    break
+            if compiling:
+                continue
+        keep = len(data) - min(newlines,
+                               len(data) - len(data.rstrip(b"\n")))
+        out.write(data[:keep])
+        out.flush()
+        held = data[keep:]
+    if compiling:
+        # Nothing but warnings, and the last line without its newline.
+        held = noise.keep(held)
+        if newlines and held.endswith(b"\n" * newlines):
+            held = held[:-newlines]
+        out.write(held)
+    # Otherwise what is held is the empty lines bpftrace printed at exit.
+    out.flush()
 
 
 # 0.27 prints a stats() value as "{ .count = N, .average = N, .total = N }",

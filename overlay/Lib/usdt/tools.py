@@ -30,7 +30,6 @@ Needs root and bpftrace.
 
 import argparse
 import collections
-import importlib.util
 import json
 import os
 import re
@@ -161,16 +160,6 @@ def script_path(name):
     return path
 
 
-def pystack_module():
-    """pystack.py, installed next to this module, as a module: its
-    forward_stdout() serves bpftrace's output here too."""
-    spec = importlib.util.spec_from_file_location(
-        "usdt._pystack", script_path("pystack.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def filter_output(text, needle):
     """The map entries of bpftrace's output whose key holds needle, with
     the lines that belong to them (a histogram's buckets)."""
@@ -279,10 +268,10 @@ def run_until_done(cmd, env, seconds, capture=False, announce=None,
                 since.append(time.monotonic())
             return time.monotonic() >= since[0] + delay
     else:
-        forward_stdout = pystack_module().forward_stdout
-        copiers.append(threading.Thread(target=forward_stdout,
-                                        args=(proc.stdout,
-                                              sys.stdout.buffer)))
+        copiers.append(threading.Thread(
+            target=_bpftrace.forward_stdout,
+            args=(proc.stdout, sys.stdout.buffer,
+                  _bpftrace.find().exit_newlines)))
         attached = None
     for copier in copiers:
         copier.start()
@@ -505,38 +494,43 @@ def write(args, text):
 
 
 def run_pystack(args, pystack_args):
-    cmd = [sys.executable, script_path("pystack.py"), "--python",
-           args.binary, *pystack_args, *target_args(args)]
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
+        # pystack's counts go to a file of their own; its standard output,
+        # the -c command's, is ours.
         output = os.path.join(tmp, "stacks")
-        with open(output, "w") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
-            copier = threading.Thread(target=forward_stderr,
-                                      args=(proc.stderr, sys.stderr.buffer))
-            copier.start()
-            deadline = (None if args.duration is None
-                        else time.monotonic() + args.duration)
-            stopping = False
-            try:
-                while True:
-                    try:
-                        timeout = (1 if stopping else None if deadline is None
-                                   else max(0, deadline - time.monotonic()))
-                        proc.wait(timeout=timeout)
-                        break
-                    except subprocess.TimeoutExpired:
-                        stopping = True
+        cmd = [sys.executable, script_path("pystack.py"), "--python",
+               args.binary, "--output", output, *pystack_args,
+               *target_args(args)]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+        copier = threading.Thread(target=forward_stderr,
+                                  args=(proc.stderr, sys.stderr.buffer))
+        copier.start()
+        deadline = (None if args.duration is None
+                    else time.monotonic() + args.duration)
+        stopping = False
+        try:
+            while True:
+                try:
+                    timeout = (1 if stopping else None if deadline is None
+                               else max(0, deadline - time.monotonic()))
+                    proc.wait(timeout=timeout)
+                    break
+                except subprocess.TimeoutExpired:
+                    stopping = True
+                    proc.send_signal(signal.SIGINT)
+                except KeyboardInterrupt:
+                    stopping = True
+                    if proc.poll() is None:
                         proc.send_signal(signal.SIGINT)
-                    except KeyboardInterrupt:
-                        stopping = True
-                        if proc.poll() is None:
-                            proc.send_signal(signal.SIGINT)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                copier.join()
-                proc.stderr.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            copier.join()
+            proc.stderr.close()
+        if not os.path.exists(output):
+            # pystack.py failed before counting (said why, on stderr).
+            return proc.returncode, ""
         with open(output, encoding="utf-8", errors="replace") as f:
             return proc.returncode, f.read()
 
@@ -780,6 +774,10 @@ def add_target(parser, required=True):
                         help="only the entries whose key contains TEXT "
                         "(a module, a file, a function); for stacks, "
                         "those with a frame that contains it")
+    parser.add_argument("-v", dest="verbose", action="store_true",
+                        help="name the bpftrace used and its version, and "
+                        "show the warnings of it that are known to be "
+                        "harmless (left out, and counted, without -v)")
 
 
 def main(argv=None):
@@ -875,33 +873,42 @@ def main(argv=None):
                              "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
     args = parser.parse_args(argv)
     tool = BY_NAME[args.tool]
+    if getattr(args, "verbose", False):
+        _bpftrace.set_verbose()
     try:
-        if tool.name == "flamegraph":
-            from usdt import flamegraph
-            return flamegraph.main(args.rest)
-        if tool.name == "list":
-            from usdt import __main__ as lister
-            return lister.main(["list", *args.rest])
-        args.binary = traced_binary()
-        if args.pid is not None:
-            check_pid(args.pid, args.binary)
-        if tool.name == "stacks":
-            return stacks_command(args)
-        if tool.name == "alloc":
-            return alloc_command(args)
-        if tool.name == "profile":
-            return profile_command(args)
-        extra = []
-        if tool.name == "latency":
-            if args.folded or args.svg:
-                return callpaths_command(tool, args)
-            extra = [args.order, str(args.top)]
-        elif tool.name == "ccalls" and args.histogram:
-            extra = list(args.histogram)
-        return run_script(tool, args, extra)
+        return run_tool(tool, args)
     except Error as error:
         sys.stderr.write("usdt.tools %s: %s\n" % (tool.name, error))
         return 2
+    finally:
+        sys.stderr.write(_bpftrace.left_out_note("usdt.tools " + tool.name))
+
+
+def run_tool(tool, args):
+    """Run the tool that args name; its status."""
+    if tool.name == "flamegraph":
+        from usdt import flamegraph
+        return flamegraph.main(args.rest)
+    if tool.name == "list":
+        from usdt import __main__ as lister
+        return lister.main(["list", *args.rest])
+    args.binary = traced_binary()
+    if args.pid is not None:
+        check_pid(args.pid, args.binary)
+    if tool.name == "stacks":
+        return stacks_command(args)
+    if tool.name == "alloc":
+        return alloc_command(args)
+    if tool.name == "profile":
+        return profile_command(args)
+    extra = []
+    if tool.name == "latency":
+        if args.folded or args.svg:
+            return callpaths_command(tool, args)
+        extra = [args.order, str(args.top)]
+    elif tool.name == "ccalls" and args.histogram:
+        extra = list(args.histogram)
+    return run_script(tool, args, extra)
 
 
 if __name__ == "__main__":

@@ -882,6 +882,15 @@ EVALUATOR = ("_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold")
 NATIVE_TRUNCATED = "[more native frames]"
 UNWIND_LOST = "[native frames lost]"
 UNKNOWN = "[unknown]"
+# The C library's functions where a thread's stack begins (glibc: the main
+# thread's start code, and what runs a new thread).  Nothing of the
+# program's is beyond them, but the frame pointers may lead on: glibc
+# 2.43's __libc_start_main_impl keeps argv in rbp when it calls main, so
+# the chain goes on into argv's strings.
+THREAD_START = frozenset({
+    "_start", "__libc_start_main", "__libc_start_main_impl",
+    "__libc_start_call_main", "start_thread", "clone", "clone3",
+    "__clone", "__clone3"})
 
 
 def native_frames(event, symbolizer, notes, max_native):
@@ -904,6 +913,11 @@ def native_frames(event, symbolizer, notes, max_native):
         if symbolizer is not None:
             found = symbolizer.lookup(event.pid, address - (i > 0),
                                       event.bias)
+            if found is None and frames and (
+                    frames[-1].symbol in THREAD_START):
+                # Not code, past the thread's first frame: the stack's
+                # end, not a loss.
+                return frames
             if found is None and symbolizer.read_after(event.pid,
                                                        event.time):
                 # Not code (the mappings were read after the hit): the
@@ -1023,6 +1037,13 @@ class Symbolizer:
         self.read_at = {}
         self.tables = {}
         self.interpreter = interpreter
+        # (pid, path) of each mapped file: ((device, inode), where this
+        # process reads it), found while the process ran.
+        self.files = {}
+        # The root directory of each traced process whose root is not
+        # this process's (a chroot, a container), held open: its own
+        # /usr/lib/debug has its libraries' debug files.
+        self.roots = {}
 
     def read_after(self, pid, time_ns):
         """Whether the mappings of pid were read after a hit at time_ns:
@@ -1040,15 +1061,76 @@ class Symbolizer:
         if must_map and must_map not in text:
             return
         entries = []
+        root = None
         for line in text.splitlines():
             parts = line.split(None, 5)
             if len(parts) < 5 or "x" not in parts[1]:
                 continue
             start, end = (int(x, 16) for x in parts[0].split("-"))
             path = parts[5] if len(parts) > 5 else ""
+            if path.startswith("/"):
+                if root is None:
+                    root = self._root(pid)
+                path = self._mapped_file(pid, root, parts, path)
             entries.append((start, end, int(parts[2], 16), path))
         self.maps[pid] = entries
         self.read_at[pid] = read_at
+
+    def _root(self, pid):
+        """The root directory of pid as this process sees it, and, when
+        it is not this process's own, held open in self.roots."""
+        try:
+            root = os.readlink("/proc/%d/root" % pid)
+            if pid not in self.roots:
+                st, own = os.stat("/proc/%d/root" % pid), os.stat("/")
+                if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+                    fd = os.open("/proc/%d/root" % pid,
+                                 os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    self.roots[pid] = "/proc/self/fd/%d" % fd
+        except OSError:
+            return "/"
+        return root
+
+    def _mapped_file(self, pid, root, parts, path):
+        """The path by which pid knows the file of a mapping (its maps
+        line's *parts*, *path* as this process reads it there), and where
+        this process can read that file, which it notes in self.files.
+
+        A process in another root (a chroot, a container: here, bpftrace
+        -c in another release's root) shows its files to other roots at
+        paths that they cannot open (the root's path, then the bind
+        mount's path within it) or that are other files (its
+        /usr/lib/x86_64-linux-gnu/libc.so.6 is not this root's).  The
+        mapping's device and inode tell: the path as shown if it is that
+        file, else the mapping itself, /proc/PID/map_files/START-END (as
+        root), held open for after the process is gone."""
+        name = path
+        if root != "/" and path.startswith(root.rstrip("/") + "/"):
+            name = path[len(root.rstrip("/")):]
+        try:
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            identity = (os.makedev(major, minor), int(parts[4]))
+        except ValueError:
+            return name
+        known = self.files.get((pid, name))
+        if known is not None and known[0] == identity:
+            return name
+        where = path
+        try:
+            st = os.stat(path)
+            found = (st.st_dev, st.st_ino) == identity
+        except OSError:
+            found = False
+        if not found:
+            try:
+                fd = os.open("/proc/%d/map_files/%s" % (pid, parts[0]),
+                             os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass
+            else:
+                where = "/proc/self/fd/%d" % fd
+        self.files[(pid, name)] = (identity, where)
+        return name
 
     def loaded(self, pid):
         """Whether the last mappings read of pid hold a library (code of
@@ -1062,7 +1144,9 @@ class Symbolizer:
             if start <= address < end:
                 if not path.startswith("/"):
                     return self._perf_map(pid, address), path or "[anon]"
-                return self._symbol(path, address - start + offset), path
+                where = self.files.get((pid, path), (None, path))[1]
+                return self._symbol(where, address - start + offset,
+                                    root=self.roots.get(pid)), path
         if self.interpreter and bias is not None:
             # Not mapped, or mapped too late: the interpreter's own code
             # is at its load bias, which the record gives.
@@ -1093,12 +1177,13 @@ class Symbolizer:
                 return name
         return UNKNOWN
 
-    def _symbol(self, path, where, vaddr=False):
+    def _symbol(self, path, where, vaddr=False, root=None):
         """The function at file offset where (a virtual address if
-        vaddr) of the ELF file path."""
+        vaddr) of the ELF file path, mapped by a process whose root
+        directory is root (None: this process's)."""
         table = self.tables.get(path)
         if table is None:
-            table = self.tables[path] = self._table(path)
+            table = self.tables[path] = self._table(path, root)
         segments, starts, symbols = table
         if not vaddr:
             for offset, start, size in segments:
@@ -1115,7 +1200,7 @@ class Symbolizer:
         return UNKNOWN
 
     @staticmethod
-    def _table(path):
+    def _table(path, root=None):
         try:
             elf = Elf(path)
         except (OSError, Error):
@@ -1125,7 +1210,7 @@ class Symbolizer:
                     in elf.segments if ptype == PT_LOAD]
         functions = {}
         symbols = elf.symbols()
-        debug = Symbolizer._debug_file(elf)
+        debug = Symbolizer._debug_file(elf, root)
         if debug is not None:
             # The separate debug file (libc6-dbg for glibc) names the
             # functions that the library's own .dynsym leaves out.
@@ -1137,8 +1222,10 @@ class Symbolizer:
         return segments, [symbol[0] for symbol in symbols], symbols
 
     @staticmethod
-    def _debug_file(elf):
-        """The ELF file that /usr/lib/debug has for elf's build id."""
+    def _debug_file(elf, root=None):
+        """The ELF file that /usr/lib/debug has for elf's build id: that
+        of the root directory root of the process that maps elf, else this
+        process's (the build id names one build, wherever found)."""
         note = elf.section(".note.gnu.build-id")
         if note is None:
             return None
@@ -1148,10 +1235,12 @@ class Symbolizer:
         build_id = elf.data[start:start + descsz].hex()
         path = "/usr/lib/debug/.build-id/%s/%s.debug" % (build_id[:2],
                                                          build_id[2:])
-        try:
-            return Elf(path)
-        except (OSError, Error):
-            return None
+        for base in ((root,) if root else ()) + ("",):
+            try:
+                return Elf(base + path)
+            except (OSError, Error):
+                pass
+        return None
 
 
 def frame_text(frame, native=False):
@@ -1260,46 +1349,6 @@ def bpftrace_errors(stderr):
                      if noise.keep(line)).strip()
 
 
-def forward_stdout(pipe, out, newlines):
-    """Copy bpftrace's stdout (the -c command's output) to out, but for
-    the *newlines* empty lines that bpftrace prints there when it exits
-    (Bpftrace.exit_newlines: two up to 0.23, none from 0.24, so that the
-    command's own last newline is kept), and the warnings that bpftrace
-    0.27 prints there while it compiles, before the command starts."""
-    held = b""
-    noise = _bpftrace.NoiseFilter()
-    compiling = True
-    while True:
-        chunk = os.read(pipe.fileno(), 65536)
-        if not chunk:
-            break
-        data = held + chunk
-        if compiling:
-            # Whole lines only, until one is not a warning's.
-            lines = data.splitlines(keepends=True)
-            held = b"" if data.endswith(b"\n") else lines.pop()
-            data = b""
-            for index, line in enumerate(lines):
-                shown = noise.keep(line)
-                if shown and not noise._block:
-                    compiling = False
-                    data = shown + b"".join(lines[index + 1:]) + held
-                    held = b""
-                    break
-            if compiling:
-                continue
-        keep = len(data) - min(newlines,
-                               len(data) - len(data.rstrip(b"\n")))
-        out.write(data[:keep])
-        out.flush()
-        held = data[keep:]
-    if compiling:
-        held = noise.keep(held)
-    out.write(held[:-2] if held.endswith(b"\n\n") else
-              held if compiling else held[:0])
-    out.flush()
-
-
 def forward_stderr(pipe, out, copy):
     """Copy bpftrace's stderr to out, but for its known harmless
     warnings, and keep it in the list copy for error messages."""
@@ -1341,7 +1390,7 @@ def run_bpftrace(text, args, interp_path=None):
                                 stderr=subprocess.PIPE)
         stderr = []
         threads = [
-            threading.Thread(target=forward_stdout,
+            threading.Thread(target=_bpftrace.forward_stdout,
                              args=(proc.stdout, sys.stdout.buffer,
                                    runner.exit_newlines)),
             threading.Thread(target=forward_stderr,
@@ -1493,6 +1542,10 @@ def main(argv=None):
                         "keep their last STRLEN - 1 bytes (STRLEN from "
                         "bpftrace 0.27; default %(default)s, the most "
                         "bpftrace 0.17 allows)")
+    parser.add_argument("-v", dest="verbose", action="store_true",
+                        help="name the bpftrace used and its version, and "
+                        "show the warnings of it that are known to be "
+                        "harmless (left out, and counted, without -v)")
     parser.add_argument("--print-program", action="store_true",
                         help="print the bpftrace program and exit")
     parser.add_argument("--save", metavar="FILE",
@@ -1508,6 +1561,8 @@ def main(argv=None):
                         help="write the counts to FILE (the output of the "
                         "-c command stays on stdout)")
     args = parser.parse_args(argv)
+    if args.verbose:
+        _bpftrace.set_verbose()
     try:
         if args.read:
             with open(args.read, encoding="utf-8", errors="replace") as f:
@@ -1563,6 +1618,8 @@ def main(argv=None):
     except Error as error:
         sys.stderr.write("pystack: %s\n" % error)
         return 2
+    finally:
+        sys.stderr.write(_bpftrace.left_out_note("pystack"))
 
 
 def interrupt(signum, frame):
