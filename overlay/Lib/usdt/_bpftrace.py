@@ -127,6 +127,35 @@ class Bpftrace:
             return []
         return ["-k"]
 
+    @property
+    def pid_samples_main_thread(self):
+        """Whether -p PID keeps the perf events of profile:, hardware:
+        and software: probes to PID's main thread: from 0.24, whose -p
+        applies to every probe (bpftrace #3800) and opens such a probe's
+        event for PID alone, which samples its main thread and the
+        threads that it starts afterwards, not those already running
+        (0.27: no sample of a process whose main thread waits while two
+        threads compute; 0.17 and 0.23 sample every CPU and leave the
+        process to the program's filter).  Unknown versions: as the
+        newest."""
+        return self.version is None or self.version[:2] >= (0, 24)
+
+    def target_pid(self, pid, probes):
+        """The options that trace the running process *pid* with the
+        probes *probes* (their bpftrace names): -p PID, but none for a
+        program of perf-event probes alone on a version where -p would
+        sample only its main thread.  The program must then keep to pid
+        itself (a /pid == PID/ filter), and bpftrace does not end with
+        the process."""
+        if self.pid_samples_main_thread and probes and all(
+                PERF_EVENT_PROBE.match(probe) for probe in probes):
+            return []
+        return ["-p", str(pid)]
+
+
+# A probe of a perf event, which -p PID opens for PID alone from 0.24:
+# profile:, hardware:, software: and their short names.
+PERF_EVENT_PROBE = re.compile(r"^\s*(profile|hardware|software|p|h|s):")
 
 # A range loop, alone on its line: "for ($v : START..END) {".
 RANGE_LOOP = re.compile(r"^(\s*)for \((\$\w+) : (.+?)\.\.(.+)\) \{\s*$")

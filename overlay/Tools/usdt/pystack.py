@@ -1361,7 +1361,7 @@ def forward_stderr(pipe, out, copy):
             out.flush()
 
 
-def run_bpftrace(text, args, interp_path=None):
+def run_bpftrace(text, args, interp_path=None, probes=()):
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     bpftrace = runner.path
@@ -1383,12 +1383,19 @@ def run_bpftrace(text, args, interp_path=None):
             # Unbuffered, so FILE shows each record as it comes.
             cmd[1:1] = ["-B", "none"]
         if args.pid is not None:
-            cmd += ["-p", str(args.pid)]
+            # No -p for profile probes on 0.24 and later, where it would
+            # sample the main thread alone: the program keeps to the
+            # process (pid == PID), and stop_when_gone() ends bpftrace
+            # with it, as -p does.
+            cmd += runner.target_pid(args.pid, probes)
         elif args.command is not None:
             cmd += ["-c", args.command]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         stderr = []
+        if args.pid is not None and "-p" not in cmd:
+            threading.Thread(target=stop_when_gone, args=(proc, args.pid),
+                             daemon=True).start()
         threads = [
             threading.Thread(target=_bpftrace.forward_stdout,
                              args=(proc.stdout, sys.stdout.buffer,
@@ -1437,6 +1444,19 @@ def run_bpftrace(text, args, interp_path=None):
             raise Error("bpftrace failed (exit %d): %s"
                         % (proc.returncode, errors or "no error message"))
         return lines, proc.returncode, output, symbolizer
+
+
+def stop_when_gone(bpftrace, pid):
+    """SIGINT bpftrace once process pid has ended (what -p does)."""
+    while bpftrace.poll() is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            bpftrace.send_signal(signal.SIGINT)
+            return
+        except PermissionError:
+            pass
+        time.sleep(0.5)
 
 
 def watch_mappings(bpftrace, pid, symbolizer, interpreter):
@@ -1598,8 +1618,8 @@ def main(argv=None):
         if args.print_program:
             sys.stdout.write(text)
             return 0
-        lines, status, records, symbolizer = run_bpftrace(text, args,
-                                                           interp.path)
+        lines, status, records, symbolizer = run_bpftrace(
+            text, args, interp.path, probes)
         # bpftrace has stopped: a second Ctrl-C (python -m usdt.tools
         # sends SIGINT until the tool ends, as one sent before bpftrace
         # attached is lost) must not lose the counts being made.
