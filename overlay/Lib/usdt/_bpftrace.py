@@ -140,6 +140,12 @@ class Bpftrace:
         newest."""
         return self.version is None or self.version[:2] >= (0, 24)
 
+    @property
+    def probe_filter(self):
+        """Whether this version has --probe-filter REGEX, which runs
+        only the probes of a program whose names match: from 0.25."""
+        return self.version is None or self.version[:2] >= (0, 25)
+
     def target_pid(self, pid, probes):
         """The options that trace the running process *pid* with the
         probes *probes* (their bpftrace names): -p PID, but none for a

@@ -679,6 +679,23 @@ def fold_ustacks(text):
                    if item[0]), lost
 
 
+def stop_arming(proc):
+    """End the bpftrace that armed a marker (SIGINT), and show its
+    errors, but for the known harmless warnings, if it failed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    if proc.returncode not in (0, -signal.SIGINT):
+        noise = _bpftrace.NoiseFilter()
+        sys.stderr.write("".join(noise.keep(line) for line in
+                                 err.decode("utf-8", "replace")
+                                 .splitlines(keepends=True)))
+
+
 def native_profile(args):
     """pyprofile.bt, with the environment and the PID it needs: native
     stacks, with py:: frames in a process started with -X dtrace_stacks."""
@@ -690,11 +707,32 @@ def native_profile(args):
     # One symbol table per process: bpftrace 0.17 otherwise reads the
     # interpreter's symbols again for each stack.
     env = dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1")
+    script = [script_path("pyprofile.bt"), args.binary, str(args.pid)]
+    target = ["-p", str(args.pid)]
+    arming = None
+    if runner.pid_samples_main_thread and runner.probe_filter:
+        # -p would keep the profile probe to the process's main thread
+        # (0.24 and later): the marker is armed by a bpftrace of its own
+        # with -p, and the samples taken without it, pyprofile.bt's
+        # filter keeping to the process.
+        arming = subprocess.Popen(
+            [bpftrace, "-q", "-p", str(args.pid), "--probe-filter",
+             "^usdt:"] + script, env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        target = ["--probe-filter", "^(BEGIN|profile:)"]
+    elif runner.pid_samples_main_thread:
+        sys.stderr.write("usdt.tools profile: this bpftrace samples only "
+                         "the main thread of a process given with -p, and "
+                         "has no --probe-filter to arm the marker "
+                         "without it (0.25 and later)\n")
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
-        cmd = [bpftrace, "-q", "-o", output, "-p", str(args.pid),
-               script_path("pyprofile.bt"), args.binary, str(args.pid)]
-        status, _ = run_until_done(cmd, env, args.duration)
+        cmd = [bpftrace, "-q", "-o", output] + target + script
+        try:
+            status, _ = run_until_done(cmd, env, args.duration)
+        finally:
+            if arming is not None:
+                stop_arming(arming)
         text = ""
         if os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
