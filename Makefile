@@ -35,7 +35,7 @@ export SERIES
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
-.PHONY: check-bpftrace-versions
+.PHONY: check-bpftrace-versions check-deb-trixie
 .PHONY: dtrace-root check-dtrace
 
 all: build
@@ -165,6 +165,16 @@ check-regrtest-armed-full: build
 # (forky), from the Debian roots of tools/bpftrace-root, built if missing.
 check-bpftrace-versions: build
 	tools/check-bpftrace-versions $(S)/obj
+
+# The .deb of build/3.13/obj (tools/deb, as make check's tier 6 makes it)
+# on Debian 13: installed with apt-get in an overlay over the trixie root
+# of tools/bpftrace-root, checked there by tools/check-deb --all-tools
+# with trixie's bpftrace 0.23 (every tool of usdt.tools).  Not part of
+# make check (docs/release.md: 9 minutes with the build and the .deb, of
+# which the check itself 2 to 2.5).
+check-deb-trixie: build
+	tools/deb $(S)/obj $(S)/deb-dev
+	tools/check-deb-trixie $(S)/deb-dev
 
 # Trees of build/pristine, which tools/prepare makes once per tarball:
 # they do not depend on our patches or overlay.

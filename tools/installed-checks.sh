@@ -299,3 +299,164 @@ EOF
             "asyncio in the embedding program" "$lib" "$work/embed" "$work/tasks.py"
     fi
 }
+
+# expect_every_tool PYTHON WORK: every tool of `PYTHON -m usdt.tools`
+# traces a workload that gives each something to find (WORK/tools.py:
+# calls, exceptions, C calls, a collection, imports, threads, asyncio
+# tasks, allocations, CPU time, a usdt module probe), with -c, and two
+# with -p on it running (ccalls, and list); each must exit 0, print no
+# traceback and find what the workload did.  Or skip for a reason bpftrace
+# gave (fail under CI or REQUIRE_TRACER).  For tools/check-deb --all-tools
+# (tools/check-deb-trixie: with the bpftrace of another release).
+expect_every_tool() {
+    local py=$1 work=$2 script tool out rc pid
+    script=$work/tools.py
+    if ! command -v bpftrace > /dev/null; then
+        skip_tracer "usdt.tools, every tool: bpftrace not found"
+        return
+    fi
+    log "every tool of usdt.tools, with $(bpftrace --version 2>&1 | head -n 1)"
+    cat > "$script" <<'PY'
+import asyncio
+import gc
+import sys
+import threading
+import time
+
+import usdt
+
+tick = usdt.Probe("check", "tick", (int,))
+
+
+def f():
+    return 1
+
+
+def fails():
+    raise ValueError("check")
+
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += len(str(n))
+    return n
+
+
+async def step():
+    await asyncio.sleep(0)
+
+
+async def steps():
+    await asyncio.gather(*[asyncio.create_task(step()) for _ in range(10)])
+
+
+def main():
+    for _ in range(5000):
+        f()
+    for _ in range(200):
+        try:
+            fails()
+        except ValueError:
+            pass
+    gc.collect()
+    import usdt_check_module
+    try:
+        import usdt_check_missing
+    except ImportError:
+        pass
+    threads = [threading.Thread(target=spin, args=(0.3,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    asyncio.run(steps())
+    blobs = [bytearray(4096) for _ in range(20000)]
+    del blobs
+    if sys.argv[2:] == ["ready"]:
+        print("ready", flush=True)
+    spin(float(sys.argv[1]))
+
+
+main()
+PY
+    echo 'X = 1' > "$work/usdt_check_module.py"
+    # run_tool TOOL ARGS...: its output (stdout and stderr) in
+    # WORK/TOOL.out; stops on a failure, a traceback or a timeout.
+    run_tool() {
+        local tool=$1
+        shift
+        out=$work/$tool.out
+        rc=0
+        (cd "$work" && timeout "$CHECK_DEADLINE" "$py" -m usdt.tools "$tool" "$@") \
+            > "$out" 2>&1 || rc=$?
+        [ "$rc" -ne 124 ] ||
+            die "timeout: usdt.tools $tool did not end within ${CHECK_DEADLINE} s"
+        if grep -q -E 'Operation not permitted|Could not|Error attaching' "$out"; then
+            skip_tracer "usdt.tools $tool: bpftrace: $(head -n 3 "$out")"
+            return 1
+        fi
+        if [ "$rc" -ne 0 ] || grep -q '^Traceback' "$out"; then
+            die "usdt.tools $tool $* failed (exit $rc): $(grep -v '^ ' "$out" | tail -n 5)"
+        fi
+    }
+    # A regular expression for a path, and what each tool must find.
+    local at=${script//./\\.}
+    local -A expect=(
+        [calls]="^@calls\[$at, f, [0-9]+\]: 5000$"
+        [latency]="^@ns\[$at, f, [0-9]+\]: count 5000,"
+        [lines]="^@lines\[$at, [0-9]+\]: 5000$"
+        [exceptions]="^@raised\[ValueError, $at, [0-9]+\]: 200$"
+        [ccalls]="^@total_ns\[builtins, len\]: [0-9]+$"
+        [gc]="^@collections\[2\]: [0-9]+$"
+        [imports]="^@import_us\[usdt_check_missing\]: [0-9]+$"
+        [gil]="^all threads: wait [0-9]+ ns, hold [0-9]+ ns"
+        [threads]="^[0-9]+ +stop +[0-9]+ +[0-9]+ +[0-9]+$"
+        [tasks]="^@max_ns\[step\]: [0-9]+$"
+        [alloc]=" $at:[0-9]+ \(main\)$"
+        [profile]="spin \($at:[0-9]+\)"
+        [stacks]="main \($at:[0-9]+\)"
+    )
+    for tool in calls latency lines exceptions ccalls gc imports gil threads \
+            tasks alloc profile stacks; do
+        # The tools print their top 20 entries: the workload's are there.
+        local args=()
+        case $tool in
+            imports) args=(-f usdt_check) ;;
+            profile) args=(-o "$work/profile.folded") ;;
+            stacks) args=(--probe usdt:PYTHON:python:gc__start) ;;
+        esac
+        run_tool "$tool" "${args[@]}" -c "$py $script 1" || return 0
+        [ "$tool" != profile ] || cat "$work/profile.folded" >> "$out"
+        grep -q -E "${expect[$tool]}" "$out" ||
+            die "usdt.tools $tool did not find what $script did (/${expect[$tool]}/): $(head -n 5 "$out")"
+        log "usdt.tools $tool: $(grep -m 1 -E "${expect[$tool]}" "$out")"
+    done
+    run_tool flamegraph "$work/profile.folded" -o "$work/profile.svg" || return 0
+    grep -q 'spin (' "$work/profile.svg" ||
+        die "usdt.tools flamegraph: no spin() in $work/profile.svg"
+    log "usdt.tools flamegraph: $(wc -c < "$work/profile.svg") bytes of SVG"
+
+    # With -p: the workload running, its probe defined.
+    (cd "$work" && exec "$py" "$script" 60 ready) > "$work/running.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        grep -q ready "$work/running.out" && break
+        sleep 0.2
+    done
+    if ! grep -q ready "$work/running.out"; then
+        kill "$pid" 2> /dev/null || true
+        die "the workload did not start: $(cat "$work/running.out")"
+    fi
+    run_tool list "$pid" || { kill "$pid"; return 0; }
+    grep -q -E "^$pid +check:tick " "$out" ||
+        { kill "$pid"; die "usdt.tools list $pid did not list check:tick: $(cat "$out")"; }
+    log "usdt.tools list: $(grep -E "^$pid +check:tick " "$out")"
+    run_tool ccalls -p "$pid" -d 3 || { kill "$pid"; return 0; }
+    kill "$pid" 2> /dev/null || true
+    wait "$pid" 2> /dev/null || true
+    grep -q -E "${expect[ccalls]}" "$out" ||
+        die "usdt.tools ccalls -p did not see len(): $(head -n 5 "$out")"
+    log "usdt.tools ccalls -p: $(grep -m 1 -E "${expect[ccalls]}" "$out")"
+}
