@@ -24,7 +24,7 @@ import textwrap
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP, bpftrace_runner,
+from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP,
                      assert_tool_refused_free_threaded, free_threaded,
                      readline, require_bpftrace, run, start)
 from test_flamegraph import svg_frames, expected_frames
@@ -553,14 +553,6 @@ class ApplicationTest(ToolsTestCase):
             assert_tool_refused_free_threaded(self, proc)
             self.assertFalse(os.path.exists(svg))
             return
-        if (proc.returncode != 0
-                and bpftrace_runner().version[:2] == (0, 27)
-                and "profile_hz_49_1. Error code: -28" in proc.stderr):
-            # Only this case, only on 0.27, only for this error: the
-            # kernel refuses pystack's profile program as too large.
-            self.skipTest("bpftrace 0.27 cannot load pystack.py's profile "
-                          "program (BPF program too large, -28, ENOSPC): "
-                          "a known limit of issue 38, not fixed yet")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         stacks = collections.Counter()
         with open(folded) as f:
