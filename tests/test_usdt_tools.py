@@ -523,7 +523,7 @@ class ApplicationTest(ToolsTestCase):
             kept = sum(int(n) for n in re.findall(r"(?m)^@lines\[.*\]: (\d+)$",
                                                   proc.stdout))
             said = re.findall(r"usdt.tools lines: (\d+) events dropped: a "
-                              r"map was full \(BPFTRACE_MAP_KEYS_MAX=%s\)"
+                              r"map was full \(%s keys per map\)"
                               % keys, proc.stderr)
             counts[keys] = (kept, int(said[0]) if said else 0)
             self.assertNotIn("map_update_elem", proc.stdout)
