@@ -24,8 +24,15 @@ import sys
 
 TESTED = ((0, 17), (0, 23), (0, 27))
 # The BPFTRACE_PERF_RB_PAGES that environ() gives a version after 0.17,
-# unless one is set (0.17 keeps its default, 64).
+# unless one is set (0.17 keeps its default, 64): 1024 before 0.25,
+# 4096 from 0.25 (RINGBUF_RB_PAGES).
 LATER_RB_PAGES = 1024
+# From 0.25 the variable sizes the one ring buffer of all CPUs, whose
+# default grows with the memory available, up to 4096 pages (16 MiB;
+# bpftrace's "Make default ring/perf buf size dynamic", #4461): 1024
+# would shrink it, and lost 3,673 of test_gil_waits' records on 0.27
+# with both CPUs busy.
+RINGBUF_RB_PAGES = 4096
 
 
 class Error(Exception):
@@ -76,8 +83,19 @@ class Bpftrace:
             # Its buffer for printf()'s records, 64 pages by default,
             # lost 864 of pystack's records in test_pystack's GIL waits
             # (0.17's did not); 1024 pages lost none.
-            env.setdefault("BPFTRACE_PERF_RB_PAGES", str(LATER_RB_PAGES))
+            env.setdefault("BPFTRACE_PERF_RB_PAGES", str(self.rb_pages))
         return env
+
+    @property
+    def rb_pages(self):
+        """The BPFTRACE_PERF_RB_PAGES that environ() gives this version:
+        None up to 0.17 (its default, 64), LATER_RB_PAGES up to 0.24,
+        RINGBUF_RB_PAGES from 0.25."""
+        if self.version is not None and self.version[:2] <= (0, 17):
+            return None
+        if self.version is not None and self.version[:2] < (0, 25):
+            return LATER_RB_PAGES
+        return RINGBUF_RB_PAGES
 
     @property
     def default_strlen(self):

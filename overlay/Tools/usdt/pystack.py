@@ -782,8 +782,9 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
             if lost:
                 notes["records lost by bpftrace (the traced program went "
                       "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
-                      "64, or %d after bpftrace 0.17)"
-                      % _bpftrace.LATER_RB_PAGES] += int(lost.group(1))
+                      "64, or %d after bpftrace 0.17, %d from 0.25)"
+                      % (_bpftrace.LATER_RB_PAGES,
+                         _bpftrace.RINGBUF_RB_PAGES)] += int(lost.group(1))
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
