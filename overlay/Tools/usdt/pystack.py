@@ -614,9 +614,9 @@ NATIVE_WALK = r"""
 	 * a uprobe (a USDT marker), getting 0s. */
 	$regs = kptr((struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
 	    sizeof(struct pt_regs)));
-	$user = (uint64)($regs->cs == 0x33 ? 1 : 0);
-	$ip = $regs->ip * $user;
-	$bp = (uint64)uptr($regs->bp * $user);
+	$user = (uint64)uptr($regs->cs == 0x33 ? 1 : 0);
+	$ip = (uint64)uptr($regs->ip) * $user;
+	$bp = (uint64)uptr($regs->bp) * $user;
 	for ($batch : 0..NATIVE_BATCHES) {
 		$a0 = $ip;
 		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
