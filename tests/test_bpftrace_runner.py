@@ -30,6 +30,22 @@ is already of type int64
 TRUTH big 180039576
 """
 
+# bpftrace 0.27's stdout while it compiled pystack.py's program for a
+# tracepoint: a warning on two lines, then a located one, each followed
+# by the note on its macro's expansion.  Then a record.
+RANGED_027 = """\
+/tmp/pystack9/pystack.bt:155-156: WARNING: Addrspace mismatch
+\t\t$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
+\t\t    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
+/tmp/pystack9/pystack.bt:155:14-22: WARNING: expanded from
+        $cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
+                   ~~~~~~~~
+/tmp/pystack9/pystack.bt:230:9-57: WARNING: Addrspace mismatch
+                (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
+                 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+PYSTACK D 1 2 0 0 0
+"""
+
 
 def shown(lines):
     noise = bpftrace_module().NoiseFilter()
@@ -58,6 +74,13 @@ class NoiseFilterTest(unittest.TestCase):
         lines = COMPILE_027.encode().splitlines(keepends=True)
         text, _ = shown(lines)
         self.assertEqual(text, b"TRUTH big 180039576\n")
+
+    def test_ranged_warning_left_out_with_its_expansion(self):
+        # 0.27 on pystack's program with a tracepoint probe: a warning
+        # on lines 155-156, which it prints, then the note on its macro.
+        text, noise = shown(RANGED_027.splitlines(keepends=True))
+        self.assertEqual(text, "PYSTACK D 1 2 0 0 0\n")
+        self.assertEqual(noise.noise, 2)
 
 
 class ExitNewlinesTest(unittest.TestCase):
@@ -140,6 +163,103 @@ class VerboseTest(unittest.TestCase):
         self.assertEqual(module.untested_note(runner),
                          "usdt: using /usr/bin/bpftrace (bpftrace v0.23.2) "
                          "(tested: 0.17, 0.23, 0.27)\n")
+
+
+# A program written with range loops, as pystack.py writes its own: a
+# nested loop, a continue, braces in a string and in a comment.
+RANGE_PROGRAM = """\
+BEGIN
+{
+\t$n = 0;
+\tfor ($i : 0..3) {
+\t\t/* { not a block */
+\t\tif ($i == 1) {
+\t\t\tcontinue;
+\t\t}
+\t\tfor ($j : 0..(2 * 2)) {
+\t\t\tif ($j == 2) { break; }
+\t\t\tprintf("{%d}\\n", $j);
+\t\t}
+\t\t$n += $i;
+\t}
+}
+"""
+
+WHILE_PROGRAM = """\
+BEGIN
+{
+\t$n = 0;
+\t$i = 0;
+\twhile ($i < 3) {
+\t\t/* { not a block */
+\t\tif ($i == 1) {
+\t\t\t$i++; continue;
+\t\t}
+\t\t$j = 0;
+\t\twhile ($j < (2 * 2)) {
+\t\t\tif ($j == 2) { break; }
+\t\t\tprintf("{%d}\\n", $j);
+\t\t\t$j++;
+\t\t}
+\t\t$n += $i;
+\t\t$i++;
+\t}
+}
+"""
+
+
+class LoopsTest(unittest.TestCase):
+    """Range loops from 0.24 (bpf_loop() calls, whose bodies the kernel
+    checks once; 0.25 deprecates while loops), the same loops as while
+    loops before: 0.27 refused pystack's program written with while
+    loops as too large."""
+
+    def runner(self, version):
+        module = bpftrace_module()
+        return module.Bpftrace("bpftrace", version, "v%d.%d.%d" % version)
+
+    def test_while_loops(self):
+        self.assertEqual(bpftrace_module().while_loops(RANGE_PROGRAM),
+                         WHILE_PROGRAM)
+
+    def test_by_version(self):
+        for version in ((0, 17, 0), (0, 23, 2)):
+            self.assertFalse(self.runner(version).range_loops)
+            self.assertEqual(self.runner(version).loops(RANGE_PROGRAM),
+                             WHILE_PROGRAM)
+        for version in ((0, 24, 0), (0, 27, 0)):
+            self.assertTrue(self.runner(version).range_loops)
+            self.assertEqual(self.runner(version).loops(RANGE_PROGRAM),
+                             RANGE_PROGRAM)
+
+    def test_unbalanced_refused(self):
+        with self.assertRaises(ValueError):
+            bpftrace_module().while_loops("for ($i : 0..3) {\n")
+        with self.assertRaises(ValueError):
+            bpftrace_module().while_loops(
+                "for ($i : 0..3) {\n\t$x = 1; }\n")
+
+
+class BufferPagesTest(unittest.TestCase):
+    """BPFTRACE_PERF_RB_PAGES: 0.17's default (64), 1024 for 0.23, 4096
+    from 0.25, where it sizes one ring buffer for all CPUs whose own
+    default reaches 4096 pages with enough memory."""
+
+    def pages(self, version, base=None):
+        module = bpftrace_module()
+        runner = module.Bpftrace("bpftrace", version, "v")
+        return runner.environ(base=base or {}).get("BPFTRACE_PERF_RB_PAGES")
+
+    def test_by_version(self):
+        self.assertIsNone(self.pages((0, 17, 0)))
+        self.assertEqual(self.pages((0, 23, 2)), "1024")
+        self.assertEqual(self.pages((0, 24, 0)), "1024")
+        self.assertEqual(self.pages((0, 25, 0)), "4096")
+        self.assertEqual(self.pages((0, 27, 0)), "4096")
+
+    def test_set_kept(self):
+        self.assertEqual(self.pages((0, 27, 0),
+                                    {"BPFTRACE_PERF_RB_PAGES": "64"}), "64")
 
 
 if __name__ == "__main__":
