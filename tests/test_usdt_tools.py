@@ -390,6 +390,25 @@ class CallPathsTest(ToolsTestCase):
                          dict(expected_frames(own)))
 
 
+class ImportsToolTest(ToolsTestCase):
+
+    def test_failed_imports_named(self):
+        # The tool runs imports.bt with -k up to bpftrace 0.23, and 0.17's
+        # -k printed each failed import's name as "" (a string variable
+        # given to a second map in an if block): found by comparing the
+        # tools' counts across versions (tools/compare-bpftrace-versions).
+        require_bpftrace(self)
+        workload = os.path.join(self.tmp, "imports_workload.py")
+        with open(workload, "w") as f:
+            f.write("try:\n    import no_such_module_usdt\n"
+                    "except ImportError:\n    pass\n")
+        proc = self.tools("imports", "-c", "%s %s" % (PYTHON, workload),
+                          timeout=300)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertIn("@not_found[no_such_module_usdt]: 1\n", proc.stdout)
+        self.assertNotIn("@not_found[]", proc.stdout)
+
+
 class ApplicationTest(ToolsTestCase):
     """The tools on the real-size application."""
 
