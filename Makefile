@@ -35,7 +35,7 @@ export SERIES
 	check-install \
 	shared install-shared check-shared deb check-release bench-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
-.PHONY: check-bpftrace-versions check-deb-trixie
+.PHONY: check-bpftrace-versions check-deb-trixie compare-bpftrace-versions
 .PHONY: dtrace-root check-dtrace
 
 all: build
@@ -165,6 +165,13 @@ check-regrtest-armed-full: build
 # (forky), from the Debian roots of tools/bpftrace-root, built if missing.
 check-bpftrace-versions: build
 	tools/check-bpftrace-versions $(S)/obj
+
+# Every tool of usdt.tools on a real application (docutils and pygments,
+# from Debian's python3-docutils and python3-pygments) with bpftrace 0.17,
+# 0.23 and 0.27: the exact counts must agree (docs/release.md).
+compare-bpftrace-versions: build
+	tools/deps compare
+	tools/compare-bpftrace-versions $(S)/obj
 
 # The .deb of build/3.13/obj (tools/deb, as make check's tier 6 makes it)
 # on Debian 13: installed with apt-get in an overlay over the trixie root
