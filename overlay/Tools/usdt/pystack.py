@@ -1344,21 +1344,16 @@ def expand_probe(probe, python):
                     for field in fields)
 
 
-def bpftrace_errors(stderr):
-    noise = _bpftrace.NoiseFilter()
-    return "\n".join(line for line in stderr.splitlines()
-                     if noise.keep(line)).strip()
-
-
 def forward_stderr(pipe, out, copy):
     """Copy bpftrace's stderr to out, but for its known harmless
-    warnings, and keep it in the list copy for error messages."""
+    warnings, and keep what it copied in the list copy for error
+    messages (filtered, and counted in left_out_note(), once)."""
     noise = _bpftrace.NoiseFilter()
     for line in iter(pipe.readline, b""):
-        text = line.decode("utf-8", "replace")
-        copy.append(text)
-        if noise.keep(text):
-            out.write(line)
+        shown = noise.keep(line.decode("utf-8", "replace"))
+        if shown:
+            copy.append(shown)
+            out.write(shown.encode("utf-8"))
             out.flush()
 
 
@@ -1433,7 +1428,7 @@ def run_bpftrace(text, args, interp_path=None, probes=()):
                                             for line in lines):
             if not args.save:
                 os.unlink(output)
-            errors = bpftrace_errors("".join(stderr))
+            errors = "".join(stderr).strip()
             if _bpftrace.LOAD_REFUSED.search(errors):
                 # The walker's loops are unrolled or bounded by these:
                 # on this kernel 1500 entries loaded, 2000 did not.
