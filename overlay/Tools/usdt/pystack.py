@@ -1357,8 +1357,9 @@ def forward_stderr(pipe, out, copy):
             out.flush()
 
 
-def run_bpftrace(text, args, interp_path=None, probes=()):
-    runner = _bpftrace.find()
+def run_bpftrace(text, args, runner, interp_path=None, probes=()):
+    """Run the program *text* with the bpftrace *runner* (main()'s, which
+    wrote the program for it)."""
     sys.stderr.write(_bpftrace.untested_note(runner))
     bpftrace = runner.path
     env = runner.environ(strlen=args.strlen)
@@ -1378,18 +1379,20 @@ def run_bpftrace(text, args, interp_path=None, probes=()):
         if args.save:
             # Unbuffered, so FILE shows each record as it comes.
             cmd[1:1] = ["-B", "none"]
+        target = []
         if args.pid is not None:
             # No -p for profile probes on 0.24 and later, where it would
             # sample the main thread alone: the program keeps to the
             # process (pid == PID), and stop_when_gone() ends bpftrace
             # with it, as -p does.
-            cmd += runner.target_pid(args.pid, probes)
+            target = runner.target_pid(args.pid, probes)
+            cmd += target
         elif args.command is not None:
             cmd += ["-c", args.command]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         stderr = []
-        if args.pid is not None and "-p" not in cmd:
+        if args.pid is not None and not target:
             threading.Thread(target=stop_when_gone, args=(proc, args.pid),
                              daemon=True).start()
         threads = [
@@ -1615,7 +1618,7 @@ def main(argv=None):
             sys.stdout.write(text)
             return 0
         lines, status, records, symbolizer = run_bpftrace(
-            text, args, interp.path, probes)
+            text, args, runner, interp.path, probes)
         # bpftrace has stopped: a second Ctrl-C (python -m usdt.tools
         # sends SIGINT until the tool ends, as one sent before bpftrace
         # attached is lost) must not lose the counts being made.
