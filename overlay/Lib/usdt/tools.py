@@ -233,9 +233,9 @@ def collect_stdout(pipe, lines, seen):
 WATCHER_DELAY = 1.5
 
 
-def run_until_done(cmd, env, seconds, capture=False, announce=None,
-                   delay=0, noise=None):
-    """Run cmd; SIGINT it at the end of *seconds* or at Ctrl-C (and every
+def run_until_done(cmd, env, runner, seconds, capture=False,
+                   announce=None, delay=0, noise=None):
+    """Run cmd, a command of the bpftrace *runner*; SIGINT it at the end of *seconds* or at Ctrl-C (and every
     second after, since bpftrace 0.17 can miss one) until it exits.
     Returns (its exit status, its output if *capture*, else "").
 
@@ -270,8 +270,7 @@ def run_until_done(cmd, env, seconds, capture=False, announce=None,
     else:
         copiers.append(threading.Thread(
             target=_bpftrace.forward_stdout,
-            args=(proc.stdout, sys.stdout.buffer,
-                  _bpftrace.find().exit_newlines)))
+            args=(proc.stdout, sys.stdout.buffer, runner.exit_newlines)))
         attached = None
     for copier in copiers:
         copier.start()
@@ -381,7 +380,7 @@ def trace(tool, script, args, extra, strlen=None):
                    "-c", args.command]
         noise = _bpftrace.NoiseFilter()
         status, text = run_until_done(
-            cmd, env, args.duration, capture=args.pid is not None,
+            cmd, env, runner, args.duration, capture=args.pid is not None,
             noise=noise,
             announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
             "the results\n" % (tool.name, args.pid),
@@ -729,7 +728,7 @@ def native_profile(args):
         output = os.path.join(tmp, "output")
         cmd = [bpftrace, "-q", "-o", output] + target + script
         try:
-            status, _ = run_until_done(cmd, env, args.duration)
+            status, _ = run_until_done(cmd, env, runner, args.duration)
         finally:
             if arming is not None:
                 stop_arming(arming)
