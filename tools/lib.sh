@@ -110,6 +110,18 @@ skip_tracer() {
     log "SKIPPED $*"
 }
 
+# mount_tracefs: tracefs on /sys/kernel/tracing, where bpftrace looks for
+# uprobe_events and tracepoints, and which a fresh machine (and most
+# containers) has unmounted: mounted, as root, if it is not; fails if it
+# is not mounted when done.
+mount_tracefs() {
+    local tracefs=/sys/kernel/tracing
+    [ ! -e "$tracefs/events" ] || return 0
+    [ "$(id -u)" = 0 ] || return 1
+    log "mounting tracefs on $tracefs (bpftrace needs it)"
+    mount -t tracefs nodev "$tracefs"
+}
+
 # mirror_for_label LABEL: the machine's Debian mirror for the archives
 # labelled LABEL ("Debian", "Debian-Security"), as apt itself resolved
 # them (no host name is written down anywhere in this repository).
