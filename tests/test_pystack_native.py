@@ -584,14 +584,16 @@ class ToolsTest(NativeStacksBase):
 
 
     def test_walker_limits_passed_on(self):
-        # alloc passes --max-entries to pystack.py, whose error says what
-        # to lower; a failed run prints no tables.
+        # alloc passes its limits to pystack.py, whose error says what to
+        # lower; a failed run prints no tables.  (--max-entries, which
+        # alloc still passes on, has no effect: lines are decoded in user
+        # space.)
         workload = self.write("noop.py", "pass\n")
         proc = run([PYTHON, "-m", "usdt.tools", "alloc", "--max-entries",
-                    "100000", "-c", "%s %s" % (PYTHON, workload)],
-                   timeout=300)
+                    "100000", "--max-depth", "100000",
+                    "-c", "%s %s" % (PYTHON, workload)], timeout=300)
         self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertIn("--max-entries (100000; default 1000)", proc.stderr)
+        self.assertIn("--max-depth must be 1 to 512", proc.stderr)
         self.assertNotIn("Bytes allocated", proc.stdout)
 
 
@@ -648,14 +650,23 @@ class MergeTest(unittest.TestCase):
             lines.append("PYSTACK A 1 9 %d %s\n" % (batch, " ".join(
                 "%x" % a for a in padded[8 * batch:8 * batch + 8])))
         lines.append("PYSTACK N 1 9 1 0 %d 1\n" % native_more)
+        # Frame d: code object 0x100 + d, version 7, first line d + 1,
+        # whose location table's one entry (kind 13, line delta 0) covers
+        # 8 code units; its code object as a saved run keeps it (C
+        # record).  F records hold 4 frames (code 0: none).
+        words = []
         for depth, name in enumerate(frames):
             entry = int(depth in entries)
-            lines.append("PYSTACK S 1 9 %d 0 %d %d %s\n"
-                         % (depth, entry, len(name), name))
-            lines.append("PYSTACK S 1 9 %d 1 %d 3 f.py\n" % (depth, entry))
-        lines.append("PYSTACK D 1 9 %d %d 0\n" % (len(frames), more))
-        for depth in range(len(frames)):
-            lines.append("PYSTACK L 1 9 %d %d\n" % (depth, depth + 1))
+            words.append("%x 7 %x a" % (0x100 + depth,
+                                        (depth + 1) << 1 | entry))
+            lines.append("PYSTACK C 1 %x %d 7 a %s\n"
+                         % (0x100 + depth, depth + 1,
+                            json.dumps([name, "f.py", "ef00"])))
+        words += ["0 0 0 0"] * (-len(words) % 4 or 4)
+        for batch in range(len(words) // 4):
+            lines.append("PYSTACK F 1 9 1 %d %s\n"
+                         % (batch, " ".join(words[4 * batch:4 * batch + 4])))
+        lines.append("PYSTACK D 1 9 64 %d 0\n" % more)
         lines.append("PYSTACK Z 1 9 0\n")
         return lines
 
@@ -667,7 +678,8 @@ class MergeTest(unittest.TestCase):
     def merged(self, lines, max_native=128, read_at=10):
         pystack = load_pystack()
         stacks, notes = pystack.parse(
-            lines, 128, FakeSymbolizer(self.NAMES, read_at), max_native)
+            lines, pystack.CodeReader(), FakeSymbolizer(self.NAMES, read_at),
+            max_native)
         (stack, count), = stacks.items()
         return [frame[0] for frame in stack], notes
 
