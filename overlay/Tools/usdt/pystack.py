@@ -2000,7 +2000,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Count the Python stacks of the threads that hit a "
         "bpftrace probe (see \"Python stacks\" in "
-        "Doc/howto/instrumentation.rst).")
+        "Doc/howto/instrumentation.rst).",
+        epilog="Cost (docs/whole-stacks.md, measured under load): about "
+        "100 us of BPF time per sample at 30 Python frames, 160 us with "
+        "--native at 30 and 100 frames; pystack.py's own CPU, about "
+        "0.5 ms per sample.")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
                         "field PYTHON stands for the interpreter's path "
