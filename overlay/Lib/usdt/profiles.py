@@ -303,7 +303,7 @@ def write_profiles(folded, pprof_path=None, speedscope_path=None,
     """The files of folded text that the paths ask for: in pprof, one
     value per sample type, the count times that type's scale (profile:
     samples/count, and cpu/nanoseconds at the period); in speedscope, the
-    last type's values."""
+    first type's values (profile: samples)."""
     stacks = parse_folded(folded)
     samples = [(frames, [count * factor for factor in scale])
                for frames, count in stacks]
@@ -313,9 +313,9 @@ def write_profiles(folded, pprof_path=None, speedscope_path=None,
                           duration_ns=duration_ns, start_lines=start_lines,
                           main_mapping=main_mapping))
     if speedscope_path:
-        weighted = [(frames, values[-1]) for frames, values in samples]
+        weighted = [(frames, values[0]) for frames, values in samples]
         with open(speedscope_path, "w", encoding="utf-8") as f:
-            json.dump(speedscope(weighted, sample_types[-1][1], name), f)
+            json.dump(speedscope(weighted, sample_types[0][1], name), f)
             f.write("\n")
 
 
