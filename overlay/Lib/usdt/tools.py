@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 
-from usdt import _bpftrace
+from usdt import _bpftrace, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -478,9 +478,50 @@ def callpaths_command(tool, args):
     if args.svg:
         draw(args.svg, folded, "<latency>", "no Python function returned "
              "while tracing", "Wall time by call path (ns)")
+    # The frames' lines are the functions' first lines.
+    write_profiles(args, folded, sample_types=(("wall", "nanoseconds"),),
+                   start_lines=True)
     if args.folded or args.output:
         write(args, folded)
     return status
+
+
+# What --pprof and --speedscope write, by tool.
+PROFILE_KINDS = {
+    "profile": "CPU samples",
+    "stacks": "stack counts",
+    "alloc": "allocation samples (bytes)",
+    "latency": "wall time by call path (with --folded or --svg)",
+}
+
+
+def write_profiles(args, folded, **kinds):
+    """The --pprof and --speedscope files of args, of folded stacks."""
+    if not (getattr(args, "pprof", None) or
+            getattr(args, "speedscope", None)):
+        return
+    if not folded.strip():
+        sys.stderr.write("usdt.tools %s: no stacks: --pprof and "
+                         "--speedscope files not written\n" % args.tool)
+        return
+    profiles.write_profiles(folded, args.pprof, args.speedscope,
+                            name="usdt.tools %s" % args.tool,
+                            main_mapping=args.binary, **kinds)
+
+
+def profile_kinds(args):
+    """write_profiles()'s sample types for profile, stacks and alloc."""
+    if args.tool == "profile":
+        # pyprofile.bt (--native) samples at 99 Hz.
+        period = 10 ** 9 // (99 if args.native else args.hz)
+        return dict(sample_types=(("samples", "count"),
+                                  ("cpu", "nanoseconds")),
+                    scale=(1, period), period_type=("cpu", "nanoseconds"),
+                    period=period)
+    if args.tool == "alloc":
+        return dict(sample_types=(("inuse_space" if args.live
+                                   else "alloc_space", "bytes"),))
+    return dict(sample_types=(("hits", "count"),))
 
 
 def write(args, text):
@@ -493,12 +534,19 @@ def write(args, text):
 
 
 def run_pystack(args, pystack_args):
+    """(status, counts) of pystack.py run with pystack_args; with --pprof
+    or --speedscope in args, their files are written of the same stacks
+    (pystack.py --also-folded)."""
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         # pystack's counts go to a file of their own; its standard output,
         # the -c command's, is ours.
         output = os.path.join(tmp, "stacks")
+        folded = os.path.join(tmp, "folded")
+        wanted = getattr(args, "pprof", None) or getattr(args, "speedscope",
+                                                         None)
         cmd = [sys.executable, script_path("pystack.py"), "--python",
                args.binary, "--output", output, *pystack_args,
+               *(["--also-folded", folded] if wanted else []),
                *target_args(args)]
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
         copier = threading.Thread(target=forward_stderr,
@@ -530,6 +578,12 @@ def run_pystack(args, pystack_args):
         if not os.path.exists(output):
             # pystack.py failed before counting (said why, on stderr).
             return proc.returncode, ""
+        if wanted and os.path.exists(folded):
+            with open(folded, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if args.filter:
+                text = filter_stacks(text, args.filter)
+            write_profiles(args, text, **profile_kinds(args))
         with open(output, encoding="utf-8", errors="replace") as f:
             return proc.returncode, f.read()
 
@@ -766,6 +820,9 @@ def profile_command(args):
         text = filter_stacks(text, args.filter)
     if args.svg:
         draw(args.svg, text, "<profile>", "no samples", "CPU profile")
+    if args.native:
+        # pystack.py wrote them of the same stacks otherwise.
+        write_profiles(args, text, **profile_kinds(args))
     write(args, text)
     return status
 
@@ -908,6 +965,14 @@ def main(argv=None):
                              help="native stacks, with the Python functions "
                              "named (py::) in a process started with -X "
                              "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
+        if tool.name in PROFILE_KINDS:
+            sub.add_argument("--pprof", metavar="FILE",
+                             help="also write the %s as a gzipped pprof "
+                             "profile (go tool pprof, Pyroscope, Parca)"
+                             % PROFILE_KINDS[tool.name])
+            sub.add_argument("--speedscope", metavar="FILE",
+                             help="also write it as a speedscope file "
+                             "(https://www.speedscope.app)")
     args = parser.parse_args(argv)
     tool = BY_NAME[args.tool]
     if getattr(args, "verbose", False):
@@ -929,6 +994,18 @@ def run_tool(tool, args):
     if tool.name == "list":
         from usdt import __main__ as lister
         return lister.main(["list", *args.rest])
+    for option in ("pprof", "speedscope"):
+        path = getattr(args, option, None)
+        if path:
+            # Refused now, not after the tracing.
+            try:
+                profiles.check_writable(path, "--" + option)
+            except profiles.Error as error:
+                raise Error(str(error)) from None
+    if tool.name == "latency" and (args.pprof or args.speedscope) and not (
+            args.folded or args.svg):
+        raise Error("--pprof and --speedscope write the wall time by call "
+                    "path: give them with --folded or --svg")
     args.binary = traced_binary()
     if args.pid is not None:
         check_pid(args.pid, args.binary)

@@ -1310,6 +1310,9 @@ def report(lines, args, out, symbolizer=None):
         print_json(stacks, out)
     else:
         print_counts(stacks, out, native)
+    if getattr(args, "also_folded", None):
+        with open(args.also_folded, "w", encoding="utf-8") as f:
+            print_folded(stacks, f, native)
     for note, count in sorted(notes.items()):
         sys.stderr.write("pystack: %d %s\n" % (count, note))
 
@@ -1579,6 +1582,10 @@ def main(argv=None):
     parser.add_argument("--output", metavar="FILE",
                         help="write the counts to FILE (the output of the "
                         "-c command stays on stdout)")
+    parser.add_argument("--also-folded", metavar="FILE",
+                        help="also write the same stacks, folded, to FILE "
+                        "(what usdt.tools makes pprof and speedscope "
+                        "files of)")
     args = parser.parse_args(argv)
     if args.verbose:
         _bpftrace.set_verbose()
