@@ -1,5 +1,6 @@
 """Shared helpers for the tests of the built interpreter and its driver."""
 
+import collections
 import importlib.util
 import os
 import re
@@ -317,6 +318,147 @@ def stapsdt_notes(binary):
         notes.append((provider, name,
                       int(semaphore.group(1), 16) if semaphore else None))
     return notes
+
+
+def stapsdt_locations(binary):
+    """[(provider, name, address)] of the markers of binary, from
+    readelf -n: the address a tracer puts its uprobe on."""
+    proc = run(["readelf", "-n", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
+    return [(re.search(r"Provider: (\S+)", note).group(1),
+             re.search(r"Name: (\S+)", note).group(1),
+             int(re.search(r"Location: (0x[0-9a-f]+)", note).group(1), 16))
+            for note in proc.stdout.split("NT_STAPSDT")[1:]]
+
+
+# The 5-byte nop that Linux 6.18 and later turn a uprobe on into a call to
+# a trampoline (Include/internal/pycore_dtrace_nop.h), rather than trap.
+NOP5 = bytes.fromhex("0f1f440000")
+PAGE = 4096
+_RSP_BELOW = re.compile(r"-0x[0-9a-f]+\(%rsp")
+_RBP_OFFSET = re.compile(r"-0x([0-9a-f]+)\(%rbp")
+
+
+def _functions(binary):
+    """[(start, end, name)] of the FUNC symbols of binary (readelf -s)."""
+    proc = run(["readelf", "-sW", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -s %s: %s" % (binary, proc.stderr))
+    functions = set()
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[3] == "FUNC" and fields[1] != "0" * 16:
+            start, size = int(fields[1], 16), int(fields[2], 0)
+            if size:
+                functions.add((start, start + size, fields[7]))
+    return sorted(functions)
+
+
+def _disassemble(binary, start, end):
+    """[(address, bytes, instruction text)] of binary's code in
+    [start, end), from objdump -d."""
+    proc = run(["objdump", "-d", "-w", "--start-address=%#x" % start,
+                "--stop-address=%#x" % end, binary])
+    if proc.returncode != 0:
+        raise RuntimeError("objdump -d %s: %s" % (binary, proc.stderr))
+    code = []
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\t([0-9a-f ]+)\t?(.*)$", line)
+        if m:
+            code.append((int(m.group(1), 16),
+                         bytes.fromhex(m.group(2).replace(" ", "")),
+                         m.group(3).strip()))
+    return code
+
+
+def _frame_size(code):
+    """How far below %rbp the function's frame reaches: the pushes and the
+    `sub $N,%rsp` of its prologue, from `mov %rsp,%rbp` to the first
+    jump, call or return (None without one: it has no frame of its own,
+    as a .cold part of a function)."""
+    for i, (_, _, text) in enumerate(code):
+        if text.split() == ["mov", "%rsp,%rbp"]:
+            break
+    else:
+        return None
+    size = 0
+    for _, _, text in code[i + 1:]:
+        op = text.split() or [""]
+        if op[0] == "push":
+            size += 8
+        elif op[0] == "sub" and re.fullmatch(r"\$0x[0-9a-f]+,%rsp", op[1]):
+            size += int(op[1][1:].split(",")[0], 0)
+        elif op[0].startswith(("j", "call", "ret")):
+            break
+    return size
+
+
+def _red_zone_uses(code, frame):
+    """The instructions of code that address memory below %rsp: at a
+    negative offset from %rsp, or from %rbp below the frame the prologue
+    allocated (frame bytes)."""
+    uses = []
+    for address, _, text in code:
+        if _RSP_BELOW.search(text):
+            uses.append("%#x: %s" % (address, text))
+        elif frame is not None:
+            for offset in _RBP_OFFSET.findall(text):
+                if int(offset, 16) > frame:
+                    uses.append("%#x: %s" % (address, text))
+    return uses
+
+
+def marker_site_faults(binary):
+    """What keeps the markers of binary from the kernel's optimized uprobe,
+    or makes it unsafe, as messages (none: every site is right):
+
+    - a marker not on a 5-byte nop (0f 1f 44 00 00) at its note's address,
+      within one page;
+    - a marker whose enclosing function, the one it ended up in after
+      inlining, addresses memory below %rsp (the red zone), which the
+      optimized uprobe's call overwrites.  A function's .cold part runs
+      on its parent's frame, so the parent is checked with it.
+    """
+    functions = _functions(binary)
+    by_name = collections.defaultdict(list)
+    for function in functions:
+        by_name[function[2]].append(function)
+    faults = []
+    code_of = {}
+    checked = {}
+    for provider, name, address in stapsdt_locations(binary):
+        marker = "%s:%s at %#x" % (provider, name, address)
+        enclosing = [f for f in functions if f[0] <= address < f[1]]
+        if not enclosing:
+            faults.append("%s: in no function" % marker)
+            continue
+        start, end, function = enclosing[0]
+        if (start, end) not in code_of:
+            code_of[start, end] = _disassemble(binary, start, end)
+        code = code_of[start, end]
+        site = [c for c in code if c[0] == address]
+        if not site or site[0][1] != NOP5:
+            faults.append("%s (%s): not on a 5-byte nop: %s"
+                          % (marker, function,
+                             site[0][1:] if site else "no instruction"))
+        elif address // PAGE != (address + len(NOP5) - 1) // PAGE:
+            faults.append("%s (%s): its nop crosses a page"
+                          % (marker, function))
+        parts = [(start, end, function)]
+        if ".cold" in function:
+            parts += by_name.get(function.split(".cold")[0], [])
+        for part in parts:
+            if part not in checked:
+                if part[:2] not in code_of:
+                    code_of[part[:2]] = _disassemble(binary, *part[:2])
+                part_code = code_of[part[:2]]
+                checked[part] = _red_zone_uses(part_code,
+                                               _frame_size(part_code))
+            if checked[part]:
+                faults.append("%s: %s addresses memory below %%rsp: %s"
+                              % (marker, part[2], "; ".join(checked[part])))
+    return faults
 
 
 # pystack.py's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
