@@ -107,23 +107,32 @@ def parse_frame(text):
     return text, "", 0, ""
 
 
+def _flamegraph():
+    """usdt.flamegraph, whose reader of folded stacks this module uses:
+    imported, or loaded from next to this file (run as a script, under
+    any Python 3, where the usdt package may not import)."""
+    try:
+        from usdt import flamegraph
+        return flamegraph
+    except ImportError:
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "flamegraph.py")
+        spec = importlib.util.spec_from_file_location("_usdt_flamegraph",
+                                                      path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
 def parse_folded(text, where="<input>"):
-    """[(frames root first, count)] of folded text."""
-    stacks = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        stack, _, count = line.rpartition(" ")
-        try:
-            count = int(count)
-        except ValueError:
-            raise Error("%s:%d: no count at the end of %r"
-                        % (where, number, line)) from None
-        if not stack or count < 0:
-            raise Error("%s:%d: not a folded stack: %r"
-                        % (where, number, line))
-        stacks.append((stack.split(";"), count))
-    return stacks
+    """[(frames root first, count)] of folded text (usdt.flamegraph's
+    reader; its errors as this module's)."""
+    flamegraph = _flamegraph()
+    try:
+        return flamegraph.parse_folded(text.splitlines(), where)
+    except flamegraph.Error as error:
+        raise Error(str(error)) from None
 
 
 def check_type(text, what):
