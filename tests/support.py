@@ -409,12 +409,12 @@ def _red_zone_uses(code, frame):
     return uses
 
 
-def marker_site_faults(binary, nop=None):
+def marker_site_faults(binary):
     """What keeps the markers of binary from the kernel's optimized uprobe,
     or makes it unsafe, as messages (none: every site is right):
 
     - a marker not on a 5-byte nop (0f 1f 44 00 00) at its note's address,
-      within one page (with nop, another instruction's bytes: not on it);
+      within one page;
     - a marker whose enclosing function, the one it ended up in after
       inlining, addresses memory below %rsp (the red zone), which the
       optimized uprobe's call overwrites.  A function's .cold part runs
@@ -438,12 +438,11 @@ def marker_site_faults(binary, nop=None):
             code_of[start, end] = _disassemble(binary, start, end)
         code = code_of[start, end]
         site = [c for c in code if c[0] == address]
-        want = NOP5 if nop is None else nop
-        if not site or site[0][1] != want:
-            faults.append("%s (%s): not on a %d-byte nop: %s"
-                          % (marker, function, len(want),
+        if not site or site[0][1] != NOP5:
+            faults.append("%s (%s): not on a 5-byte nop: %s"
+                          % (marker, function,
                              site[0][1:] if site else "no instruction"))
-        elif address // PAGE != (address + len(want) - 1) // PAGE:
+        elif address // PAGE != (address + len(NOP5) - 1) // PAGE:
             faults.append("%s (%s): its nop crosses a page"
                           % (marker, function))
         parts = [(start, end, function)]

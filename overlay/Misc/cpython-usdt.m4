@@ -58,22 +58,6 @@ AS_IF([test "$with_usdt_defaults" = yes], [
 ])
 AC_SUBST([USDT_CEVAL_CFLAGS])
 AC_SUBST([USDT_SRE_CFLAGS])
-dnl --with-usdt-nop=SIZE: the nop under each marker.  5 (the default):
-dnl Include/internal/pycore_dtrace_nop.h's 5-byte nop, which Linux 6.18
-dnl and later turn a uprobe on into a call, several times cheaper than
-dnl the int3 trap of other kernels, where it costs what a 1-byte nop does
-dnl (docs/marker-sites.md).  1: sys/sdt.h's own 1-byte nop, for a tracer
-dnl that insists on it (Py_USDT_NOP1 leaves sys/sdt.h's _SDT_NOP alone).
-AC_MSG_CHECKING([for --with-usdt-nop])
-AC_ARG_WITH([usdt-nop],
-  [AS_HELP_STRING([--with-usdt-nop=5|1],
-    [cpython-usdt: the nop each USDT marker sits on, in bytes: 5, which Linux 6.18 and later make cheap to trace, or sys/sdt.h's 1 (default is 5)])],
-  [AS_CASE([$withval], [5|1], [],
-     [AC_MSG_ERROR([--with-usdt-nop takes 5 or 1, not '$withval'])])],
-  [with_usdt_nop=5])
-AC_MSG_RESULT([$with_usdt_nop])
-AS_IF([test "$with_usdt_nop" = 1],
-  [CFLAGS_NODIST="$CFLAGS_NODIST -DPy_USDT_NOP1"])
 ])
 
 dnl CPYTHON_USDT_BUILDINFO: in a source release (make dist), which has no

@@ -33,9 +33,7 @@
 #  error "this header requires Py_BUILD_CORE define"
 #endif
 
-/* ./configure --with-usdt-nop=1 defines Py_USDT_NOP1: sys/sdt.h's nop
- * stays. */
-#if defined(__x86_64__) && defined(_SDT_NOP) && !defined(Py_USDT_NOP1)
+#if defined(__x86_64__) && defined(_SDT_NOP)
 #  undef _SDT_NOP
 #  define _SDT_NOP .balign 8; 990: .nops 5
 #endif
