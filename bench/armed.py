@@ -17,12 +17,7 @@ from common import ELAPSED_RE, HERE, MIN_HITS, RUN_CWD, base_env, log, sh, workl
 from measure import timed_run
 
 FLOOR_DIR = os.path.join(HERE, "floor")
-# The floor on sys/sdt.h's 1-byte nop (an int3 trap per hit), and on the
-# 5-byte nop the interpreter's markers sit on (Linux 6.18 and later call a
-# trampoline there instead): the second is what a case's cost per hit is
-# compared with.
 FLOOR_BIN = os.path.join(FLOOR_DIR, "sdt_floor")
-FLOOR_NOP5_BIN = os.path.join(FLOOR_DIR, "sdt_floor_nop5")
 
 
 # --------------------------------------------------------------------------- probes
@@ -355,28 +350,24 @@ def measure_armed(interps, cfg):
     if not ok:
         log(f"armed: skipped: {why}")
         return {"available": False, "reason": why}
-    if any(not os.path.exists(b) or
-           os.path.getmtime(b) < os.path.getmtime(FLOOR_BIN + ".c")
-           for b in (FLOOR_BIN, FLOOR_NOP5_BIN)):
+    if not os.path.exists(FLOOR_BIN) or \
+            os.path.getmtime(FLOOR_BIN) < os.path.getmtime(FLOOR_BIN + ".c"):
         r = sh(["make", "-C", FLOOR_DIR])
         if r.returncode != 0:
             return {"available": False, "reason": f"building sdt_floor failed: {r.stderr[-500:]}"}
     out = {"available": True, "interpreter": interps["C"]}
     out["plumbing"] = plumbing_check(interps["C"])
     log(f"armed: plumbing check {out['plumbing']}")
-    out["floor"] = floor_measure(cfg["floor_iters"], cfg["armed_reps"], FLOOR_NOP5_BIN)
-    out["floor_nop1"] = floor_measure(cfg["floor_iters"], cfg["armed_reps"], FLOOR_BIN)
-    log(f"armed: floor ns/hit = {out['floor'].get('ns_per_hit')} on the 5-byte nop, "
-        f"{out['floor_nop1'].get('ns_per_hit')} on the 1-byte nop")
-    for floor in (out["floor"], out["floor_nop1"]):
-        if floor.get("ns_per_hit") is None and floor["errors"]:
-            floor["error"] = floor["errors"][0].get("stderr")
+    out["floor"] = floor_measure(cfg["floor_iters"], cfg["armed_reps"], FLOOR_BIN)
+    log(f"armed: floor ns/hit = {out['floor'].get('ns_per_hit')}")
+    if out["floor"].get("ns_per_hit") is None and out["floor"]["errors"]:
+        out["floor"]["error"] = out["floor"]["errors"][0].get("stderr")
     out["cases"] = []
     for spec in ARMED_CASES:
         if spec.workload not in cfg["armed_workloads"]:
             continue
         log(f"armed: {spec.label} on {spec.workload} ...")
-        case = armed_measure(interps["C"], spec, cfg, FLOOR_NOP5_BIN)
+        case = armed_measure(interps["C"], spec, cfg, FLOOR_BIN)
         fl = case.get("floor_ns_per_hit", out["floor"].get("ns_per_hit"))
         if case.get("ns_per_hit") is not None and fl is not None:
             case["floor_ns_per_hit"] = fl

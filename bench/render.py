@@ -199,17 +199,6 @@ def render_md(data, json_rel, png_rel, usdt=None, release=None):
     if not ar.get("available"):
         L.append(f"Not measured: {ar.get('reason', 'armed phase not run')}.\n")
     else:
-        # Results from before the markers moved to a 5-byte nop (docs/marker-sites.md)
-        # have one floor, on the 1-byte nop; newer ones have both.
-        both_nops = "floor_nop1" in ar
-        floor_what = ("`bench/floor/sdt_floor_nop5` (one semaphore-gated `DTRACE_PROBE3` with two "
-                      "strings and an int, same shape as `function__entry`, on the 5-byte nop of the "
-                      "interpreter's markers), armed vs unarmed, beside `bench/floor/sdt_floor`, the "
-                      "same marker on `sys/sdt.h`'s 1-byte nop, where every hit is an int3 trap "
-                      "(Linux 6.18 and later call a trampoline on the 5-byte nop instead)"
-                      if both_nops else
-                      "`bench/floor/sdt_floor` (one semaphore-gated `DTRACE_PROBE3` with two strings "
-                      "and an int, same shape as `function__entry`), armed vs unarmed")
         L.append(f"Interpreter C (`{rel(ar['interpreter'])}`) run under `bpftrace -q -c` with a program "
                  "that only counts the probes (`@x = count()`), one case per group of probes "
                  "armed together, on a workload that exercises them (`ARMED_CASES` in `bench/armed.py`); "
@@ -217,29 +206,16 @@ def render_md(data, json_rel, png_rel, usdt=None, release=None):
                  "minus the hits of a `BENCH_DRYRUN=1` run (start-up and module body, outside the "
                  "timed region).  Cost per hit = (armed − unarmed timed region) / hits; the scale is "
                  "chosen by a calibration run so each armed run has about "
-                 f"{c['armed_hits_target']:,} hits.  Floor: {floor_what}; "
-                 "a floor sample is taken right after every armed "
+                 f"{c['armed_hits_target']:,} hits.  Floor: `bench/floor/sdt_floor` "
+                 "(one semaphore-gated `DTRACE_PROBE3` with two strings and an int, same shape "
+                 "as `function__entry`), armed vs unarmed; a floor sample is taken right after every armed "
                  "interpreter run and each case uses the median of its own floor samples, because the "
                  "uprobe trap cost drifts with machine load.  Interpreter share = cost per hit − floor.\n")
         p = ar.get("plumbing", {})
         L.append(f"Plumbing check (`python:gc__start` on C): "
                  f"{'ok, ' + str(p.get('hits')) + ' hits' if p.get('ok') else 'FAILED: ' + str(p.get('reason'))}.\n")
         fl = ar["floor"]
-        if both_nops:
-            L.append("| floor (separate runs at the start of the phase) | ns/hit [range] | hits | "
-                     "unarmed loop ns/iteration |")
-            L.append("|---|---:|---:|---:|")
-            for what, fl in (("5-byte nop (`sdt_floor_nop5`, as the interpreter's markers)",
-                              ar["floor"]),
-                             ("1-byte nop (`sdt_floor`, `sys/sdt.h`'s)", ar["floor_nop1"])):
-                if fl.get("ns_per_hit") is not None:
-                    L.append(f"| {what} | {fl['ns_per_hit']:.1f} [{fl['ns_per_hit_min']:.1f}–"
-                             f"{fl['ns_per_hit_max']:.1f}] | {fl['hits_median']:,.0f} | "
-                             f"{fl['unarmed_median_ns'] / fl['iterations']:.2f} |")
-                else:
-                    L.append(f"| {what} | not measured ({fl.get('error') or fl.get('note')}) | | |")
-            L.append("")
-        elif fl.get("ns_per_hit") is not None:
+        if fl.get("ns_per_hit") is not None:
             L.append(f"Floor (separate run at the start of the phase): {fl['ns_per_hit']:.1f} ns/hit (range {fl['ns_per_hit_min']:.1f}–"
                      f"{fl['ns_per_hit_max']:.1f}) over {fl['hits_median']:,.0f} hits; "
                      f"unarmed loop {fl['unarmed_median_ns'] / fl['iterations']:.2f} ns/iteration.\n")

@@ -3,13 +3,9 @@
 import collections
 import os
 import re
-import shutil
-import tempfile
-import textwrap
 import unittest
 
-from support import (PYTHON, TOP, marker_site_faults, promised_probe_pairs,
-                     run, stapsdt_notes)
+from support import PYTHON, TOP, promised_probe_pairs, run, stapsdt_notes
 
 FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
                        "-mno-omit-leaf-frame-pointer")
@@ -62,62 +58,6 @@ class BuildFactsTest(unittest.TestCase):
         for provider, name, semaphore in notes:
             self.assertIsNotNone(semaphore, (provider, name))
             self.assertNotEqual(semaphore, 0, (provider, name))
-
-    def test_marker_sites(self):
-        # Every marker is on a 5-byte nop, which Linux 6.18 and later turn
-        # a uprobe on into a call rather than an int3 trap, and the call
-        # cannot overwrite data: no function holding a marker keeps any
-        # below %rsp (Include/internal/pycore_dtrace_nop.h, -mno-red-zone).
-        self.assertEqual(marker_site_faults(PYTHON), [])
-
-    def test_marker_site_faults_are_found(self):
-        # The check of test_marker_sites finds what it looks for: a marker
-        # on sys/sdt.h's 1-byte nop in a leaf function that keeps data in
-        # the red zone, with and without a frame pointer; and no fault in
-        # the same function built as the interpreter is.
-        if shutil.which("gcc") is None:
-            self.skipTest("no gcc")
-        source = textwrap.dedent("""\
-            #define Py_BUILD_CORE
-            #include <sys/sdt.h>
-            #ifdef FIXED
-            #include "pycore_dtrace_nop.h"
-            #endif
-            __attribute__((noinline)) int
-            leaf(int a, int b)
-            {
-                volatile int keep[4] = {a, b, a + b, a - b};
-                DTRACE_PROBE1(test, leaf, a);
-                return keep[0] + keep[3];
-            }
-            int
-            main(void)
-            {
-                return leaf(1, 2) != 0;
-            }
-            """)
-        include = os.path.join(TOP, "overlay", "Include", "internal")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "leaf.c")
-            with open(path, "w") as f:
-                f.write(source)
-            for flags, expected in [
-                    ([], ["not on a 5-byte nop", "below %rsp"]),
-                    (["-fno-omit-frame-pointer",
-                      "-mno-omit-leaf-frame-pointer"],
-                     ["not on a 5-byte nop", "below %rsp"]),
-                    (["-DFIXED", "-mno-red-zone", "-fno-omit-frame-pointer",
-                      "-mno-omit-leaf-frame-pointer"], [])]:
-                with self.subTest(flags=flags):
-                    binary = os.path.join(tmp, "leaf")
-                    proc = run(["gcc", "-O2", "-I", include, *flags,
-                                "-o", binary, path])
-                    self.assertEqual(proc.returncode, 0, proc.stderr)
-                    faults = marker_site_faults(binary)
-                    self.assertEqual(
-                        [any(e in fault for fault in faults)
-                         for e in expected], [True] * len(expected), faults)
-                    self.assertEqual(len(faults), len(expected), faults)
 
     def test_identity(self):
         # sys.version, python -VV and platform.python_build() name this

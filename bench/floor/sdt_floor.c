@@ -8,21 +8,12 @@
  *
  * usage: sdt_floor N   -> runs N iterations, prints "iterations=N elapsed_ns=T"
  *
- * Built twice (floor/Makefile): sdt_floor on <sys/sdt.h>'s 1-byte nop, where
- * every hit is an int3 trap, and sdt_floor_nop5 with -DNOP5 on the 5-byte nop
- * of the interpreter's markers (Include/internal/pycore_dtrace_nop.h), which
- * Linux 6.18 and later turn into a call to a trampoline.
- *
  * Note: <sys/sdt.h> derives the semaphore symbol as <provider>_<probe>_semaphore,
  * i.e. floor_hit_semaphore.  bpftrace finds it via the stapsdt note and
  * increments it when it attaches.
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
-#ifdef NOP5
-#define Py_BUILD_CORE
-#include "pycore_dtrace_nop.h"
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

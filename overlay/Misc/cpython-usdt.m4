@@ -17,20 +17,12 @@ dnl     -fno-gcse in 3.13: with frame pointers, GCC's GCSE leaves the loop's
 dnl     `frame` in memory), for Python/ceval.o (USDT_CEVAL_CFLAGS, and more
 dnl     with PGO) and, with PGO, for Modules/_sre/sre.o (USDT_SRE_CFLAGS).
 dnl
-dnl   - -mno-red-zone in CFLAGS_NODIST, for the interpreter's own files:
-dnl     Linux 6.18's optimized uprobe on a marker's 5-byte nop
-dnl     (Include/internal/pycore_dtrace_nop.h) calls a trampoline, which
-dnl     writes below %rsp, so no function that holds a marker may keep
-dnl     data in the red zone across it.  Given to every file, so that a
-dnl     marker added anywhere, or inlined anywhere, is safe by
-dnl     construction; tests/test_build_facts.py checks the built binary.
-dnl
 dnl The loop flags are GCC's, and given to GCC only.
 AC_DEFUN([CPYTHON_USDT_DEFAULTS], [
 AC_MSG_CHECKING([for --with-usdt-defaults])
 AC_ARG_WITH([usdt-defaults],
   [AS_HELP_STRING([--without-usdt-defaults],
-    [cpython-usdt: leave out its compiler flags (frame pointers, -mno-red-zone, -fno-gcse and the interpreter loop's flags) (default is with)])],
+    [cpython-usdt: leave out its compiler flags (frame pointers, -fno-gcse and the interpreter loop's flags) (default is with)])],
   [AS_CASE([$withval], [yes|no], [],
      [AC_MSG_ERROR([--with-usdt-defaults takes no value, not '$withval'])])],
   [with_usdt_defaults=yes])
@@ -42,8 +34,6 @@ AS_IF([test "$with_usdt_defaults" = yes], [
     [CFLAGS="$CFLAGS -fno-omit-frame-pointer"], [], [-Werror])
   AX_CHECK_COMPILE_FLAG([-mno-omit-leaf-frame-pointer],
     [CFLAGS="$CFLAGS -mno-omit-leaf-frame-pointer"], [], [-Werror])
-  AX_CHECK_COMPILE_FLAG([-mno-red-zone],
-    [CFLAGS_NODIST="$CFLAGS_NODIST -mno-red-zone"], [], [-Werror])
   AS_IF([test "$ac_cv_cc_name" = gcc], [
     usdt_loop_flags="$srcdir/Misc/cpython-usdt-loop-flags"
     AS_IF([test -f "$usdt_loop_flags"], [],

@@ -35,9 +35,6 @@ static const char *const section_names[SEC_COUNT] = {
 enum { PH_TEXT, PH_DATA, PH_DYNAMIC, PH_STACK, PH_COUNT };
 
 #define STUB_SIZE 16
-/* The instruction a tracer's uprobe goes on: the 5-byte nop that Linux
- * 6.18 and later can optimize (see the stub below). */
-static const unsigned char NOP5[] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
 #define DYNAMIC_COUNT 6
 #define NOTE_NAME "stapsdt"
 #define NT_STAPSDT 3
@@ -204,7 +201,7 @@ _PyUsdt_BuildObject(struct elf_probe *probes, int count, size_t *size)
         sym->st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
         sym->st_shndx = SEC_TEXT;
         sym->st_value = stub;
-        sym->st_size = sizeof(NOP5) + 1;
+        sym->st_size = 2;
         sym++;
         sym->st_name = (Elf64_Word)strpos;
         strpos += symbol_name(dynstr + strpos, &probes[i], 1);
@@ -213,17 +210,11 @@ _PyUsdt_BuildObject(struct elf_probe *probes, int count, size_t *size)
         sym->st_value = sem;
         sym->st_size = sizeof(uint16_t);
 
-        /* The stub: a 5-byte nop (the probe's address), ret, int3
-         * padding.  On the 5-byte nop, which never crosses a page
-         * (STUB_SIZE divides it), Linux 6.18 and later turn the uprobe
-         * into a call to a trampoline instead of an int3 trap (as for
-         * the interpreter's markers, Include/internal/pycore_dtrace_nop.h).
-         * That call writes below %rsp: the stub keeps nothing there, and
-         * its caller's red zone is dead across the call to it. */
+        /* The stub: nop (the probe's address), ret, int3 padding. */
         unsigned char *code = image + stub;
         memset(code, 0xcc, STUB_SIZE);
-        memcpy(code, NOP5, sizeof(NOP5));
-        code[sizeof(NOP5)] = 0xc3;
+        code[0] = 0x90;
+        code[1] = 0xc3;
     }
     assert(strpos == dynstr_size);
 

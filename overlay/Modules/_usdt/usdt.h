@@ -8,8 +8,7 @@
  * two for a traced function) this module writes a tiny ELF shared object
  * into a private directory of the process and dlopen()s it:
  *
- *   - a text stub per probe, "nopl 0(%rax,%rax,1); ret" (a 5-byte nop),
- *     called as a C function whose
+ *   - a text stub per probe, "nop; ret", called as a C function whose
  *     arguments (at most 6) are in the registers the note names; a tracer
  *     puts its uprobe on the nop;
  *   - a .note.stapsdt note per probe (provider, name, the stub's address,
