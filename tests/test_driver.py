@@ -559,11 +559,6 @@ STANDINS = {
     "check": """
 fail() { [ "${STANDIN_FAIL:-}" != "$1" ] || status=1; }
 status=0
-# Tier 8 runs while tiers 1-3 do: its stand-in's mark appears meanwhile.
-if [ -n "${STANDIN_OVERLAP:-}" ]; then
-    for i in $(seq 100); do [ -e "$STANDIN_OVERLAP" ] && break; sleep 0.1; done
-    [ -e "$STANDIN_OVERLAP" ] || { echo 'tier 8 did not start' >&2; exit 1; }
-fi
 printf '\\n=== tier 1: build facts\\n' >&2
 echo 'Ran 5 tests in 0.1s'; echo 'OK (skipped=1)'; fail 1
 printf '\\n=== tier 2: tests/\\n' >&2
@@ -632,8 +627,6 @@ echo 'check-install: make install' >&2
 echo 'check-install: venv with pip' >&2
 echo 'check-install: SKIPPED a probe: bpftrace not found' >&2
 [ -z "${STANDIN_LEAK:-}" ] || [ $n != 7 ] || mkdir "$STANDIN_LEAK"
-[ -z "${STANDIN_OVERLAP:-}" ] || [ $n != 8 ] || touch "$STANDIN_OVERLAP"
-[ -z "${STANDIN_SLOW8:-}" ] || [ $n != 8 ] || sleep 600
 if [ "${STANDIN_FAIL:-}" = $n ]; then
     echo 'check-install: error: it broke' >&2; exit 1
 fi
@@ -762,22 +755,6 @@ class CheckAllTest(unittest.TestCase):
                          "1234 tests run, 2 failed, 45 skipped; stopped "
                          "after 4 min")
         self.assertTrue(lines[4].endswith("): not run"), lines[4])
-        self.assertNotIn("sleep 600", run(["ps", "-eo", "args"]).stdout)
-
-    def test_tier8_beside_tiers_1_to_3(self):
-        # Tier 8 runs while tiers 1-3 do; its line stays in its place.
-        mark = os.path.join(self.tmp, "tier8-ran")
-        proc, lines = self.check_all(STANDIN_OVERLAP=mark)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertTrue(lines[7].startswith("tier 8 (make install-shared): "
-                                            "passed: 3 steps run"),
-                        lines[7])
-        # A failure before its turn stops it, with its children.
-        started = time.monotonic()
-        proc, lines = self.check_all(STANDIN_SLOW8="1", STANDIN_FAIL="2")
-        self.assertLess(time.monotonic() - started, 60, proc.stderr)
-        self.assertNotEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(lines[7], "tier 8 (make install-shared): not run")
         self.assertNotIn("sleep 600", run(["ps", "-eo", "args"]).stdout)
 
     def test_left_behind(self):
