@@ -404,6 +404,21 @@ class ToolsTest(ReaderChecks, unittest.TestCase):
         files, folded = self.tool("alloc", "--folded", rounds=60)
         self.check_pprof(files["pb.gz"], folded, [("alloc_space", "bytes")])
 
+    def test_alloc_tables(self):
+        # Without --folded the counts are alloc's tables, and pystack.py
+        # writes the stacks a second time, folded, for the pprof file:
+        # its total is the tables' total.
+        path = os.path.join(self.tmp, "alloc.pb.gz")
+        proc = run([PYTHON, "-m", "usdt.tools", "alloc", "-c",
+                    "%s %s 60" % (PYTHON, self.workload), "--pprof", path],
+                   timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        total = re.search(r"^Bytes allocated: ([\d,]+) ", proc.stdout,
+                          re.M)
+        self.assertIsNotNone(total, proc.stdout)
+        self.assertEqual(Pprof(self, path).top("alloc_space", "bytes")[0],
+                         int(total.group(1).replace(",", "")))
+
     def test_latency(self):
         files, folded = self.tool("latency", "--folded", rounds=30)
         self.check_pprof(files["pb.gz"], folded, [("wall", "nanoseconds")])

@@ -541,12 +541,15 @@ def run_pystack(args, pystack_args):
         # pystack's counts go to a file of their own; its standard output,
         # the -c command's, is ours.
         output = os.path.join(tmp, "stacks")
-        folded = os.path.join(tmp, "folded")
         wanted = getattr(args, "pprof", None) or getattr(args, "speedscope",
                                                          None)
+        # Folded counts are already what the profiles are made of.
+        folded = (output if "--folded" in pystack_args
+                  else os.path.join(tmp, "folded"))
         cmd = [sys.executable, script_path("pystack.py"), "--python",
                args.binary, "--output", output, *pystack_args,
-               *(["--also-folded", folded] if wanted else []),
+               *(["--also-folded", folded]
+                 if wanted and folded != output else []),
                *target_args(args)]
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
         copier = threading.Thread(target=forward_stderr,
@@ -575,15 +578,17 @@ def run_pystack(args, pystack_args):
                 proc.wait()
             copier.join()
             proc.stderr.close()
-        if not os.path.exists(output):
-            # pystack.py failed before counting (said why, on stderr).
-            return proc.returncode, ""
+        # (Before the counts' check: alloc's tables give pystack.py an
+        # --output of their own.)
         if wanted and os.path.exists(folded):
             with open(folded, encoding="utf-8", errors="replace") as f:
                 text = f.read()
             if args.filter:
                 text = filter_stacks(text, args.filter)
             write_profiles(args, text, **profile_kinds(args))
+        if not os.path.exists(output):
+            # pystack.py failed before counting (said why, on stderr).
+            return proc.returncode, ""
         with open(output, encoding="utf-8", errors="replace") as f:
             return proc.returncode, f.read()
 
