@@ -199,14 +199,25 @@ class Session:
         self.target_stderr = target_stderr
 
 
-def kill_program(argv):
-    """Kill the processes whose command line is argv."""
+def pids_of(argv):
+    """The processes whose command line is argv."""
     wanted = "\0".join(argv) + "\0"
+    pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % pid) as f:
                 if f.read() == wanted:
-                    os.kill(int(pid), signal.SIGKILL)
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def kill_program(argv):
+    """Kill the processes whose command line is argv."""
+    for pid in pids_of(argv):
+        try:
+            os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
 
@@ -219,21 +230,15 @@ class ProgramWatch:
     SESSION_TIMEOUT."""
 
     def __init__(self, argv):
-        self.wanted = "\0".join(argv) + "\0"
+        self.argv = argv
         self.watches = {}
 
     def __call__(self):
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open("/proc/%s/cmdline" % pid) as f:
-                    if f.read() != self.wanted:
-                        continue
-            except OSError:
-                continue
+        for pid in pids_of(self.argv):
             watch = self.watches.get(pid)
             if watch is None:
                 watch = self.watches[pid] = PtraceWatch(
-                    int(pid), "DTrace's -c program", C_PTRACE_PATIENCE)
+                    pid, "DTrace's -c program", C_PTRACE_PATIENCE)
             watch()
 
 
