@@ -415,7 +415,12 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
             out += f.read().replace(TRACING + "\n", "", 1)
         return Session(tracer.returncode, target_out + out, err, target_err)
     finally:
-        for proc in (target, tracer):
+        # DTrace first: while it still traces the target, the target's
+        # exit is reported to DTrace, not to us, and waiting for it
+        # blocks for as long as DTrace lives (seen: DTrace alive in
+        # epoll, the target a zombie it traced, the test waiting in this
+        # finally for over 5 minutes, until DTrace was killed).
+        for proc in (tracer, target):
             if proc is not None:
                 if proc.poll() is None:
                     proc.kill()
