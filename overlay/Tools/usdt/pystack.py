@@ -212,7 +212,7 @@ class Elf:
         raise Error("%s: address %#x is not in the file" % (self.path, vaddr))
 
 
-PT_LOAD, PT_TLS, PF_X, STT_TLS = 1, 7, 1, 6
+PT_LOAD, PT_DYNAMIC, PT_TLS, PF_X, STT_TLS = 1, 2, 7, 1, 6
 
 
 class Interpreter:
@@ -267,6 +267,7 @@ class Interpreter:
             raise Error("%s has no executable segment" % path)
         self.text_vaddr = min(texts)
         self.tls_offset = self._tstate_tls_offset(elf, symbols)
+        self.debug_slot = self._debug_slot(elf)
 
     @staticmethod
     def _needed(elf):
@@ -281,6 +282,23 @@ class Interpreter:
             if tag == 1:  # DT_NEEDED
                 needed.append(elf._cstring(dynstr["offset"] + value))
         return needed
+
+    @staticmethod
+    def _debug_slot(elf):
+        """The address of the value of the DT_DEBUG entry in the dynamic
+        section, where the dynamic loader puts its r_debug; None if
+        there is none (a static executable)."""
+        dynamic = elf.section(".dynamic")
+        if dynamic is None:
+            return None
+        for i in range(dynamic["size"] // 16):
+            tag = struct.unpack_from("<q", elf.data,
+                                     dynamic["offset"] + 16 * i)[0]
+            if tag == 21:  # DT_DEBUG
+                return dynamic["addr"] + 16 * i + 8
+            if tag == 0:  # DT_NULL
+                break
+        return None
 
     @staticmethod
     def _tstate_tls_offset(elf, symbols):
@@ -326,6 +344,12 @@ PROGRAM = r"""
  *                                                  left out; regs 0: the
  *                                                  user registers were
  *                                                  not found)
+ *   PYSTACK M tid time pid bias dynamic name      (--native, once per
+ *                                                  process: a library of
+ *                                                  the loader's list, its
+ *                                                  load bias and dynamic
+ *                                                  section; another
+ *                                                  program, below)
  *   PYSTACK L tid event depth line                (-1: no line)
  *   PYSTACK Z tid event status weight key         (0; 1: not this Python,
  *                                                  2: no thread state;
@@ -592,6 +616,11 @@ def macros(interp, args):
                        "records of 8 native frames, at most"))
         values.append(("THREAD_SIZE", THREAD_SIZE,
                        "the x86-64 kernel stack (without KASAN)"))
+        if interp.debug_slot is not None:
+            values.append(("DT_DEBUG_VADDR", "0x%x" % interp.debug_slot,
+                           "the value of the DT_DEBUG entry: r_debug"))
+            values.append(("MAX_LIBRARIES", MAX_LIBRARIES,
+                           "libraries listed per process"))
     lines = []
     for name, value, comment in values:
         line = "#define %-22s %s" % (name, value)
@@ -654,6 +683,46 @@ NATIVE_WALK = r"""
 """
 
 
+# With --native: the libraries of each process, from the dynamic loader's
+# list (what debuggers read: r_debug, which the loader puts in the
+# interpreter's DT_DEBUG entry), once per process, at its first hit.
+# The tool names native frames from each process's mappings, read while
+# it runs; a short command (-c) may end before a read finds its
+# libraries, and this list is then where their addresses are.  Its own
+# program, so that the stack walk's verification is unchanged.
+LINKED_CLAUSE = r"""
+PROBES
+FILTER
+{
+	$linked_runtime = ((struct task_struct *)curtask)->mm->start_code -
+	    TEXT_VADDR + RUNTIME_VADDR;
+	if (@pystack_linked[pid] == 0 &&
+	    *uptr((uint64 *)$linked_runtime) == COOKIE) {
+		@pystack_linked[pid] = 1;
+		/* r_debug.r_map; each link_map: l_addr (the load bias), l_name,
+		 * l_ld (its dynamic section), l_next */
+		$lm = *uptr((uint64 *)(*uptr((uint64 *)($linked_runtime -
+		    RUNTIME_VADDR + DT_DEBUG_VADDR)) + 8));
+		for ($library : 0..MAX_LIBRARIES) {
+			if ($lm == 0) {
+				break;
+			}
+			printf("PYSTACK M %d %lu %d %lx %lx %s\n", tid, nsecs, pid,
+			       *uptr((uint64 *)$lm), *uptr((uint64 *)($lm + 16)),
+			       str(uptr(*uptr((uint64 *)($lm + 8)))));
+			$lm = *uptr((uint64 *)($lm + 24));
+		}
+	}
+}
+
+END
+{
+	clear(@pystack_linked);
+}
+"""
+MAX_LIBRARIES = 64
+
+
 # With --live: the hits of another probe that release a key.
 RELEASE_CLAUSE = r"""
 RELEASE_PROBE
@@ -688,6 +757,11 @@ def program(interp, args, probes, runner=None):
     if getattr(args, "native", False):
         native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
+    if native and interp.debug_slot is not None:
+        text += LINKED_CLAUSE.replace("PROBES\n", ",\n".join(probes) + "\n",
+                                      1).replace(
+            "FILTER\n", "/%s/\n" % " && ".join(predicate)
+            if predicate else "", 1)
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
     text = text.replace("weight: WEIGHT;", "weight: %s;" % args.weight, 1)
     key = args.live[0] if args.live else "0"
@@ -776,6 +850,12 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
         key = int(fields[6]) if len(fields) > 6 else 0
         timeline.append((int(fields[3]), 0, key, stack, weight))
 
+    if symbolizer is not None:
+        for line in lines:
+            if line.startswith(RECORD + " M "):
+                fields = line.rstrip("\n").split(" ", 7)
+                symbolizer.linked(int(fields[4]), int(fields[5], 16),
+                                  int(fields[6], 16), fields[7])
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -788,6 +868,8 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
+        if kind == "M":
+            continue
         if kind == "R":
             timeline.append((int(fields[3]), 1, int(fields[4])))
             continue
@@ -931,9 +1013,10 @@ def native_frames(event, symbolizer, notes, max_native):
                 return frames
         if found is None:
             found = UNKNOWN, UNKNOWN
-            notes["native frames not named (mapped after the tool last "
-                  "read the process's mappings, or --read without "
-                  "them)"] += 1
+            notes["native frames not named (in a library loaded after "
+                  "the process's first hit and mapped after the tool last "
+                  "read its mappings, or with --read, from another "
+                  "root)"] += 1
         frames.append(NativeFrame(*found))
     cut = event.native_more or (
         max_native and event.addresses.get(max_native, 0) != 0)
@@ -1045,6 +1128,33 @@ class Symbolizer:
         # this process's (a chroot, a container), held open: its own
         # /usr/lib/debug has its libraries' debug files.
         self.roots = {}
+        # pid: [(start, end, offset, name, where)] of the executable
+        # segments of its libraries, from the dynamic loader's list (M
+        # records): for addresses that no read of its mappings holds.
+        self.libraries = {}
+
+    def linked(self, pid, bias, dynamic, name):
+        """Library *name* of process pid, loaded at *bias*, its dynamic
+        section at *dynamic*, as the loader's list gives it.  Its file is
+        read in the process's root (held open by a read of its mappings,
+        else this process's root), and only if its dynamic section is at
+        the same place: another file of the same name (another root's
+        libc) is not taken for it."""
+        if not name.startswith("/"):
+            return  # the executable (""), the vDSO
+        where = self.roots.get(pid, "") + name
+        try:
+            elf = Elf(where)
+        except (OSError, Error):
+            return
+        if not any(ptype == PT_DYNAMIC and bias + vaddr == dynamic
+                   for ptype, _, _, vaddr, _, _, _, _ in elf.segments):
+            return
+        for ptype, flags, offset, vaddr, _, _, memsz, _ in elf.segments:
+            if ptype == PT_LOAD and flags & PF_X:
+                self.libraries.setdefault(pid, []).append(
+                    (bias + vaddr, bias + vaddr + memsz, offset, name,
+                     where))
 
     def read_after(self, pid, time_ns):
         """Whether the mappings of pid were read after a hit at time_ns:
@@ -1146,6 +1256,10 @@ class Symbolizer:
                 if not path.startswith("/"):
                     return self._perf_map(pid, address), path or "[anon]"
                 where = self.files.get((pid, path), (None, path))[1]
+                return self._symbol(where, address - start + offset,
+                                    root=self.roots.get(pid)), path
+        for start, end, offset, path, where in self.libraries.get(pid, ()):
+            if start <= address < end:
                 return self._symbol(where, address - start + offset,
                                     root=self.roots.get(pid)), path
         if self.interpreter and bias is not None:
