@@ -186,19 +186,32 @@ class ReaderChecks:
     """Checks of a pprof file and a speedscope file against the folded
     stacks they were made of."""
 
-    def check_pprof(self, path, folded, types, scale=(1,), total_index=0):
+    def check_pprof(self, path, folded, types, scale=(1,), total_index=0,
+                    default_index=None):
+        """The file's samples against the folded stacks: the first
+        len(scale) values of each (the rest, alloc's objects, are not
+        the folded counts': test_alloc_objects checks them).  The file
+        names types[default_index] its default sample type (pprof marks
+        it [dflt]), or, with None, none (pprof's default: the last)."""
         stacks = parse_folded(folded)
         self.assertTrue(stacks, "no stacks to check")
         with open(path, "rb") as f:
             self.assertEqual(f.read(2), b"\x1f\x8b", "not gzipped")
         pprof = Pprof(self, path)
         got_types, rows = pprof.raw()
-        self.assertEqual(got_types, ["%s/%s" % t for t in types])
+        marked = ["%s/%s" % t for t in types]
+        if default_index is not None:
+            marked[default_index] += "[dflt]"
+        else:
+            default_index = -1
+        self.assertEqual(got_types, marked)
         expected = collections.Counter()
         for frames, count in stacks:
             key = tuple(expected_location(frame) for frame in frames)
             expected[key, tuple(count * f for f in scale)] += 1
-        got = collections.Counter((tuple(frames), tuple(values))
+        for frames, values in rows:
+            self.assertEqual(len(values), len(types), frames)
+        got = collections.Counter((tuple(frames), tuple(values[:len(scale)]))
                                   for frames, values in rows)
         self.assertEqual(got, expected)
         # -top: the total and each function's flat and cum values.
@@ -211,8 +224,9 @@ class ReaderChecks:
         # -traces: each stack, by its function names.
         traces = collections.Counter()
         for frames, count in stacks:
-            traces[tuple(frame_name(f) for f in frames)] += count * scale[-1]
-        self.assertEqual(pprof.traces(types[-1][1]), traces)
+            traces[tuple(frame_name(f) for f in frames)] += (
+                count * scale[default_index])
+        self.assertEqual(pprof.traces(types[default_index][1]), traces)
 
     def check_speedscope(self, path, folded):
         executable = chromium.find()
@@ -241,31 +255,58 @@ class ReaderChecks:
         browser.command("Page.navigate", url=base + "index.html#profileURL="
                         + base + "profile.json&view=sandwich")
         # The sandwich view's table: a row per function, "TOTAL (P%)
-        # SELF (P%) NAME".
+        # SELF (P%) NAME"; counts as they are, bytes and nanoseconds
+        # with a unit and two decimals ("78.31 MB", "1.50ms").
         want = by_function(parse_folded(folded))
+        value = r"([\d.]+ ?(?:[a-zA-Z\u00b5]+)?)"
         deadline = time.monotonic() + 60
         while True:
             text = browser.evaluate("document.body ? "
                                     "document.body.innerText : ''")
-            rows = re.findall(r"(\d+) \([^)]*\)\s+(\d+) \([^)]*\)\s+"
-                              r"([^\n]+)", text)
+            rows = re.findall(value + r" \([^)]*\)\s+" + value +
+                              r" \([^)]*\)\s+([^\n]+)", text)
             if len(rows) >= len(want) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        got = collections.defaultdict(lambda: [0, 0])
+        got = collections.defaultdict(lambda: [0, 0, 0])
         for total, own, name in rows:
             # speedscope keeps one row per frame (name, file, line):
-            # summed by name, as pprof's -top counts.
-            got[name.strip()][0] += int(own)
-            got[name.strip()][1] = max(got[name.strip()][1], int(total))
+            # summed by name, as pprof's -top counts; each row's value
+            # is exact to half its last digit.
+            own, error = shown_value(own)
+            got[name.strip()][0] += own
+            got[name.strip()][1] = max(got[name.strip()][1],
+                                       shown_value(total)[0])
+            got[name.strip()][2] += error
         self.assertEqual(sorted(got), sorted(want), text[:2000])
         for name, (flat, cum) in want.items():
-            self.assertEqual(got[name][0], flat, name)
+            self.assertLessEqual(abs(got[name][0] - flat), got[name][2],
+                                 (name, got[name], flat))
         png = browser.screenshot(1200, 600)
         width, height, channels, pixels = chromium.png_pixels(png)
         colors = {bytes(row[i:i + 3]) for row in pixels[::10]
                   for i in range(0, len(row), 4 * channels)}
         self.assertGreater(len(colors), 5, "a blank picture")
+
+
+# speedscope's units: its byte formatter's (powers of 1,024) and its
+# time formatter's for nanoseconds.
+SHOWN_UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3,
+               "ns": 1, "\u00b5s": 10 ** 3, "us": 10 ** 3, "ms": 10 ** 6,
+               "s": 10 ** 9, "min": 60 * 10 ** 9}
+
+
+def shown_value(text):
+    """(value, how far it may be from the exact one) of a value as
+    speedscope shows it: an integer count, or a number with a unit."""
+    match = re.fullmatch(r"([\d.]+) ?(\S*)", text.strip())
+    number, unit = match.groups()
+    factor = SHOWN_UNITS[unit]
+    if "." not in number:
+        return int(number) * factor, (0 if factor == 1 else factor / 2)
+    decimals = len(number.partition(".")[2])
+    return (float(number) * factor,
+            factor * 0.5 * 10 ** -decimals)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -402,7 +443,45 @@ class ToolsTest(ReaderChecks, unittest.TestCase):
 
     def test_alloc(self):
         files, folded = self.tool("alloc", "--folded", rounds=60)
-        self.check_pprof(files["pb.gz"], folded, [("alloc_space", "bytes")])
+        self.check_pprof(files["pb.gz"], folded,
+                         [("alloc_space", "bytes"),
+                          ("alloc_objects", "count")], default_index=0)
+        self.check_speedscope(files["json"], folded)
+
+    def test_alloc_objects(self):
+        # alloc_objects against the allocations the program made: N
+        # bytes objects of 4,000 bytes at one line (one allocation of
+        # 4,033 bytes each) and N of 200 at another, sampled every 64 KiB
+        # on average: about 2,400 and 120 samples, so the estimates are
+        # within 2 % and 9 % of N (one standard deviation).
+        workload = os.path.join(self.tmp, "objects.py")
+        with open(workload, "w") as f:
+            f.write("import sys\n"
+                    "def large(n):\n"
+                    "    for i in range(n):\n"
+                    "        b = bytes(4000)\n"
+                    "def small(n):\n"
+                    "    for i in range(n):\n"
+                    "        b = bytes(200)\n"
+                    "large(int(sys.argv[1]))\n"
+                    "small(int(sys.argv[1]))\n")
+        n = 40000
+        path = os.path.join(self.tmp, "objects.pb.gz")
+        proc = run([PYTHON, "-m", "usdt.tools", "alloc", "--folded", "-c",
+                    "%s -X usdt_alloc_interval=65536 %s %d"
+                    % (PYTHON, workload, n), "--pprof", path,
+                    "-o", os.path.join(self.tmp, "folded")], timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        types, rows = Pprof(self, path).raw()
+        self.assertEqual(types, ["alloc_space/bytes[dflt]",
+                                 "alloc_objects/count"])
+        objects = collections.Counter()
+        for frames, values in rows:
+            objects[frames[-1][0], frames[-1][2]] += values[1]
+        for where, tolerance in ((("large", 4), 0.1), (("small", 7), 0.4)):
+            with self.subTest(where=where):
+                self.assertLess(abs(objects[where] - n), tolerance * n,
+                                objects)
 
     def test_alloc_tables(self):
         # Without --folded the counts are alloc's tables, and pystack.py
@@ -425,6 +504,7 @@ class ToolsTest(ReaderChecks, unittest.TestCase):
         # The frames' lines are the functions' first lines.
         text = Pprof(self, files["pb.gz"]).view("-raw")
         self.assertRegex(text, r" leaf \S+workload\.py:2 s=2\b")
+        self.check_speedscope(files["json"], folded)
 
     def test_refused_before_tracing(self):
         started = time.monotonic()

@@ -28,6 +28,7 @@ Runs under any Python 3 (no module outside the standard library).
 """
 
 import argparse
+import collections
 import gzip
 import json
 import os
@@ -146,7 +147,7 @@ def check_type(text, what):
 
 def pprof(samples, sample_types, period_type=None, period=0,
           duration_ns=0, time_ns=0, comments=(), start_lines=False,
-          main_mapping="python"):
+          main_mapping="python", default_type=None):
     """The gzipped bytes of a pprof Profile.
 
     samples: [(frames root first, [value per sample type])], frames as
@@ -154,7 +155,8 @@ def pprof(samples, sample_types, period_type=None, period=0,
     (type, unit) or None.  With start_lines, a frame's line is its
     function's first line (latency's call paths), which becomes the
     function's start line; otherwise it is the line running, and the
-    start line is left unknown (0)."""
+    start line is left unknown (0).  default_type: the sample type that
+    readers show unless told otherwise (pprof: the last one)."""
     strings = {"": 0}
 
     def string(text):
@@ -227,6 +229,11 @@ def pprof(samples, sample_types, period_type=None, period=0,
                                  _int_field(2, string(period_type[1]))))
         tail.append(_int_field(12, period))
     tail.append(_packed_field(13, comment_ids))
+    if default_type is not None:
+        if default_type not in [kind for kind, _ in sample_types]:
+            raise Error("default sample type %r is not one of the "
+                        "sample types" % default_type)
+        tail.append(_int_field(14, string(default_type)))
     # The string table last: every string is known by now; it is field 6,
     # and readers take fields in any order.
     table = b"".join(_bytes_field(6, text.encode("utf-8"))
@@ -308,19 +315,35 @@ def write_speedscope(path, folded, unit, name):
 def write_profiles(folded, pprof_path=None, speedscope_path=None,
                    sample_types=(("samples", "count"),), scale=(1,),
                    period_type=None, period=0, name="profile",
-                   start_lines=False, duration_ns=0, main_mapping="python"):
+                   start_lines=False, duration_ns=0, main_mapping="python",
+                   extra=None, default_type=None):
     """The files of folded text that the paths ask for: in pprof, one
     value per sample type, the count times that type's scale (profile:
-    samples/count, and cpu/nanoseconds at the period); in speedscope, the
-    first type's values (profile: samples)."""
+    samples/count, and cpu/nanoseconds at the period), then, with extra
+    (folded text of the same stacks), its count of each stack as the
+    last type's (alloc: the objects); in speedscope, the first type's
+    values (profile: samples; alloc: bytes)."""
     stacks = parse_folded(folded)
     samples = [(frames, [count * factor for factor in scale])
                for frames, count in stacks]
+    if extra is not None:
+        counted = collections.Counter()
+        for frames, count in parse_folded(extra):
+            counted[tuple(frames)] += count
+        wanted = set(tuple(frames) for frames, _ in stacks)
+        if set(counted) - wanted:
+            raise Error("%d stacks of the extra values are not among the "
+                        "profile's" % len(set(counted) - wanted))
+        # A stack that parse_folded gives twice (never, from pystack.py)
+        # would have its extra value twice.
+        samples = [(frames, values + [counted[tuple(frames)]])
+                   for frames, values in samples]
     if pprof_path:
         with open(pprof_path, "wb") as f:
             f.write(pprof(samples, list(sample_types), period_type, period,
                           duration_ns=duration_ns, start_lines=start_lines,
-                          main_mapping=main_mapping))
+                          main_mapping=main_mapping,
+                          default_type=default_type))
     if speedscope_path:
         weighted = [(frames, values[0]) for frames, values in samples]
         with open(speedscope_path, "w", encoding="utf-8") as f:

@@ -519,8 +519,13 @@ def profile_kinds(args):
                     scale=(1, period), period_type=("cpu", "nanoseconds"),
                     period=period)
     if args.tool == "alloc":
-        return dict(sample_types=(("inuse_space" if args.live
-                                   else "alloc_space", "bytes"),))
+        # The bytes first: pprof's default (default_sample_type) and
+        # speedscope's weights; then the objects (extra: pystack.py's
+        # --also-folded-objects).
+        prefix = "inuse" if args.live else "alloc"
+        return dict(sample_types=((prefix + "_space", "bytes"),
+                                  (prefix + "_objects", "count")),
+                    default_type=prefix + "_space")
     return dict(sample_types=(("hits", "count"),))
 
 
@@ -546,10 +551,14 @@ def run_pystack(args, pystack_args):
         # Folded counts are already what the profiles are made of.
         folded = (output if "--folded" in pystack_args
                   else os.path.join(tmp, "folded"))
+        # alloc's profiles have the objects too (--size).
+        objects = (os.path.join(tmp, "objects")
+                   if wanted and "--size" in pystack_args else None)
         cmd = [sys.executable, script_path("pystack.py"), "--python",
                args.binary, "--output", output, *pystack_args,
                *(["--also-folded", folded]
                  if wanted and folded != output else []),
+               *(["--also-folded-objects", objects] if objects else []),
                *target_args(args)]
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
         copier = threading.Thread(target=forward_stderr,
@@ -585,7 +594,18 @@ def run_pystack(args, pystack_args):
                 text = f.read()
             if args.filter:
                 text = filter_stacks(text, args.filter)
-            write_profiles(args, text, **profile_kinds(args))
+            kinds = profile_kinds(args)
+            if objects is not None and os.path.exists(objects):
+                with open(objects, encoding="utf-8",
+                          errors="replace") as f:
+                    counted = f.read()
+                if args.filter:
+                    counted = filter_stacks(counted, args.filter)
+                kinds["extra"] = counted
+            elif "default_type" in kinds:
+                # No objects counted (pystack.py ended first): the bytes.
+                kinds["sample_types"] = kinds["sample_types"][:1]
+            write_profiles(args, text, **kinds)
         if not os.path.exists(output):
             # pystack.py failed before counting (said why, on stderr).
             return proc.returncode, ""
@@ -641,7 +661,7 @@ def alloc_command(args):
     function and file of the innermost Python frame, or per stack
     (--stacks), or folded."""
     options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
-               "arg2", *walker_options(args)]
+               "arg2", "--size", "arg1", *walker_options(args)]
     if args.live:
         options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
                     "arg0"]

@@ -351,10 +351,11 @@ PROGRAM = r"""
  *                                                  section; another
  *                                                  program, below)
  *   PYSTACK L tid event depth line                (-1: no line)
- *   PYSTACK Z tid event status weight key         (0; 1: not this Python,
+ *   PYSTACK Z tid event status weight key size    (0; 1: not this Python,
  *                                                  2: no thread state;
  *                                                  weight: WEIGHT;
- *                                                  key: KEY)
+ *                                                  key: KEY;
+ *                                                  size: SIZE)
  *   PYSTACK R tid event key                       (a release: RELEASE)
  * Depth 0 is the innermost frame.  Length -1: a name that is not ASCII
  * and has no UTF-8 copy.  Entry 1: the frame before this one is an
@@ -376,8 +377,8 @@ NATIVE
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
-		printf("PYSTACK Z %d %lu 1 %lu %lu\n", tid, $event,
-		       (uint64)(WEIGHT), (uint64)(KEY));
+		printf("PYSTACK Z %d %lu 1 %lu %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 		return;
 	}
 
@@ -415,8 +416,8 @@ NATIVE
 		$interp = *uptr((uint64 *)($interp + IS_NEXT));
 	}
 	if ($tstate == 0) {
-		printf("PYSTACK Z %d %lu 2 %lu %lu\n", tid, $event,
-		       (uint64)(WEIGHT), (uint64)(KEY));
+		printf("PYSTACK Z %d %lu 2 %lu %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 		return;
 	}
 
@@ -558,8 +559,8 @@ NATIVE
 		    0x0001020304050607) >> 56;
 		$entry += $in1 * (1 + $k1) + (1 - $in1) * (8 + $k2);
 	}
-	printf("PYSTACK Z %d %lu 0 %lu %lu\n", tid, $event,
-	       (uint64)(WEIGHT), (uint64)(KEY));
+	printf("PYSTACK Z %d %lu 0 %lu %lu %lu\n", tid, $event,
+	       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 }
 """
 
@@ -763,6 +764,9 @@ def program(interp, args, probes, runner=None):
             "FILTER\n", "/%s/\n" % " && ".join(predicate)
             if predicate else "", 1)
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
+    size = getattr(args, "size", None) or "0"
+    text = text.replace("(SIZE)", "(%s)" % size)
+    text = text.replace("size: SIZE)", "size: %s)" % size, 1)
     text = text.replace("weight: WEIGHT;", "weight: %s;" % args.weight, 1)
     key = args.live[0] if args.live else "0"
     text = text.replace("(KEY)", "(%s)" % key)
@@ -823,7 +827,7 @@ def decode(length, text, strlen):
 
 
 def parse(lines, strlen, symbolizer=None, max_native=None,
-          live=False):
+          live=False, objects=None):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
@@ -835,6 +839,12 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
     With *live*, only the hits whose key no release (R record) took since
     count: the records are replayed in the order of their times, which
     bpftrace's per-CPU buffers do not keep.
+
+    With *objects* (a Counter), the objects that each stack's hits stand
+    for are added to it: a hit of weight W and size S (--size) stands
+    for W / S objects (otel_memory:alloc: W bytes estimated of
+    allocations of S bytes, so W / S allocations; a size of 0 counts as
+    1 byte), a float.
     """
     events = {}
     stacks = collections.Counter()
@@ -844,11 +854,16 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
     timeline = []
 
     def count(stack, weight, fields):
+        # Records of a program without a size (older, saved) have none.
+        number = (weight / max(int(fields[7]), 1) if len(fields) > 7
+                  else 0)
         if not live:
             stacks[stack] += weight
+            if objects is not None:
+                objects[stack] += number
             return
         key = int(fields[6]) if len(fields) > 6 else 0
-        timeline.append((int(fields[3]), 0, key, stack, weight))
+        timeline.append((int(fields[3]), 0, key, stack, weight, number))
 
     if symbolizer is not None:
         for line in lines:
@@ -924,8 +939,10 @@ def parse(lines, strlen, symbolizer=None, max_native=None,
                 held[item[2]] = item[3:]
             else:
                 held.pop(item[2], None)
-        for stack, weight in held.values():
+        for stack, weight, number in held.values():
             stacks[stack] += weight
+            if objects is not None:
+                objects[stack] += number
     return stacks, notes
 
 
@@ -1413,9 +1430,12 @@ def print_json(stacks, out):
 
 
 def report(lines, args, out, symbolizer=None):
+    objects = (collections.Counter()
+               if getattr(args, "also_folded_objects", None) else None)
     stacks, notes = parse(lines, args.strlen, symbolizer,
                           getattr(args, "max_native", None),
-                          live=bool(getattr(args, "live", None)))
+                          live=bool(getattr(args, "live", None)),
+                          objects=objects)
     native = getattr(args, "native", False) or any(
         isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:
@@ -1427,6 +1447,12 @@ def report(lines, args, out, symbolizer=None):
     if getattr(args, "also_folded", None):
         with open(args.also_folded, "w", encoding="utf-8") as f:
             print_folded(stacks, f, native)
+    if objects is not None:
+        # Each stack's estimate, rounded, for every stack the counts have
+        # (0 where its hits stand for less than half an object).
+        with open(args.also_folded_objects, "w", encoding="utf-8") as f:
+            print_folded({stack: round(objects[stack]) for stack in stacks},
+                         f, native)
     for note, count in sorted(notes.items()):
         sys.stderr.write("pystack: %d %s\n" % (count, note))
 
@@ -1636,6 +1662,12 @@ def main(argv=None):
                              "bpftrace expression of the probe, e.g. arg2 "
                              "(the weight of otel_memory:alloc, bytes); "
                              "default 1")
+    parser.add_argument("--size", metavar="EXPR",
+                        help="the size in bytes of what a hit samples, a "
+                             "bpftrace expression of the probe (arg1 of "
+                             "otel_memory:alloc): with --weight in bytes, "
+                             "a hit stands for weight / size objects, "
+                             "which --also-folded-objects writes")
     parser.add_argument("--live", nargs=3,
                         metavar=("KEY", "RELEASE", "RELEASE_KEY"),
                         help="count only the hits still held at the end: "
@@ -1696,6 +1728,10 @@ def main(argv=None):
     parser.add_argument("--output", metavar="FILE",
                         help="write the counts to FILE (the output of the "
                         "-c command stays on stdout)")
+    parser.add_argument("--also-folded-objects", metavar="FILE",
+                        help="with --size: also write each stack's "
+                        "estimated objects (the sum of weight / size of "
+                        "its hits, rounded), folded, to FILE")
     parser.add_argument("--also-folded", metavar="FILE",
                         help="also write the same stacks, folded, to FILE "
                         "(what usdt.tools makes pprof and speedscope "
@@ -1715,6 +1751,8 @@ def main(argv=None):
             return 0
         if not args.probe:
             parser.error("--probe is required")
+        if args.also_folded_objects and not args.size:
+            parser.error("--also-folded-objects needs --size")
         if not 1 <= args.max_depth <= 512:
             parser.error("--max-depth must be 1 to 512")
         if not 1 <= args.max_native <= 1024:
