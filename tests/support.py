@@ -282,23 +282,51 @@ def perf_map_entries(pid):
         return []
 
 
+REGISTRY_COLUMNS = ("provider", "name", "kind", "arguments", "upstream",
+                    "fired_in", "patch", "bpftrace", "dtrace", "systemtap",
+                    "tool", "tests")
+
+
+def registry_path():
+    """series/SERIES/probes.tsv, the probe registry."""
+    return os.path.join(TOP, "series", os.environ.get("SERIES", "3.13"),
+                        "probes.tsv")
+
+
+def registry():
+    """The probe registry's rows, as dicts of REGISTRY_COLUMNS (the list
+    columns split at commas, "-" as [] or None)."""
+    rows = []
+    with open(registry_path(), encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != len(REGISTRY_COLUMNS):
+                raise ValueError("%s:%d: %d columns, not %d"
+                                 % (registry_path(), number, len(fields),
+                                    len(REGISTRY_COLUMNS)))
+            row = dict(zip(REGISTRY_COLUMNS, fields))
+            for column in ("fired_in", "bpftrace", "dtrace", "systemtap",
+                           "tool", "tests"):
+                row[column] = [] if row[column] == "-" else \
+                    row[column].split(",")
+            for column in ("upstream", "patch"):
+                if row[column] == "-":
+                    row[column] = None
+            rows.append(row)
+    return rows
+
+
 def promised_probe_pairs(firing=False):
-    """[(provider, name)] of tests/probes.txt, sorted; with *firing*,
+    """[(provider, name)] of the probe registry, sorted; with *firing*,
     without the markers that never fire."""
-    with open(os.path.join(TOP, "tests", "probes.txt")) as f:
-        entries = [line.split() for line in f
-                   if line.strip() and not line.startswith("#")]
-    pairs = []
-    for entry in entries:
-        if firing and entry[1:] == ["marker"]:
-            continue
-        provider, _, name = entry[0].rpartition(":")
-        pairs.append((provider or "python", name))
-    return sorted(pairs)
+    return sorted((row["provider"], row["name"]) for row in registry()
+                  if not (firing and row["kind"] == "marker"))
 
 
 def promised_probes(firing=False, provider="python"):
-    """The names of the probes of *provider* in tests/probes.txt, sorted;
+    """The names of the probes of *provider* in the registry, sorted;
     with *firing*, without the markers that never fire."""
     return [name for p, name in promised_probe_pairs(firing)
             if p == provider]

@@ -109,7 +109,7 @@ class BuildFactsTest(unittest.TestCase):
         self.assertEqual({p for p, _ in found}, {"python", "otel_memory"},
                          "unexpected USDT providers")
         self.assertEqual(sorted(found), promised_probe_pairs(),
-                         "readelf -n %s differs from tests/probes.txt"
+                         "readelf -n %s differs from the probe registry"
                          % PYTHON)
 
     def test_probes_have_semaphores(self):
