@@ -34,6 +34,7 @@ stacks" in the same howto.
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -746,10 +747,13 @@ def program(interp, args, probes, runner=None):
         predicate.append("pid == cpid")
     if args.filter:
         predicate.append("(%s)" % args.filter)
+    # The probes and their predicate, for the stack walk's clause and
+    # the loader list's.
+    probe_lines = ",\n".join(probes) + "\n"
+    where = "/%s/\n" % " && ".join(predicate) if predicate else ""
     text = PROGRAM.lstrip("\n")
-    text = text.replace("PROBES\n", ",\n".join(probes) + "\n", 1)
-    text = text.replace("FILTER\n", "/%s/\n" % " && ".join(predicate)
-                        if predicate else "", 1)
+    text = text.replace("PROBES\n", probe_lines, 1)
+    text = text.replace("FILTER\n", where, 1)
     text = text.replace("MACROS", macros(interp, args), 1)
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
@@ -759,10 +763,8 @@ def program(interp, args, probes, runner=None):
         native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
     if native and interp.debug_slot is not None:
-        text += LINKED_CLAUSE.replace("PROBES\n", ",\n".join(probes) + "\n",
-                                      1).replace(
-            "FILTER\n", "/%s/\n" % " && ".join(predicate)
-            if predicate else "", 1)
+        text += LINKED_CLAUSE.replace("PROBES\n", probe_lines, 1).replace(
+            "FILTER\n", where, 1)
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
     size = getattr(args, "size", None) or "0"
     text = text.replace("(SIZE)", "(%s)" % size)
@@ -1145,9 +1147,10 @@ class Symbolizer:
         # this process's (a chroot, a container), held open: its own
         # /usr/lib/debug has its libraries' debug files.
         self.roots = {}
-        # pid: [(start, end, offset, name, where)] of the executable
-        # segments of its libraries, from the dynamic loader's list (M
-        # records): for addresses that no read of its mappings holds.
+        # pid: [(start, end, offset, name)] of the executable segments of
+        # its libraries, from the dynamic loader's list (M records), as
+        # self.maps has them: for addresses that no read of its mappings
+        # holds.  Where each file is read goes to self.files.
         self.libraries = {}
 
     def linked(self, pid, bias, dynamic, name):
@@ -1167,11 +1170,12 @@ class Symbolizer:
         if not any(ptype == PT_DYNAMIC and bias + vaddr == dynamic
                    for ptype, _, _, vaddr, _, _, _, _ in elf.segments):
             return
+        # A read of the mappings that found the file knows it better.
+        self.files.setdefault((pid, name), (None, where))
         for ptype, flags, offset, vaddr, _, _, memsz, _ in elf.segments:
             if ptype == PT_LOAD and flags & PF_X:
                 self.libraries.setdefault(pid, []).append(
-                    (bias + vaddr, bias + vaddr + memsz, offset, name,
-                     where))
+                    (bias + vaddr, bias + vaddr + memsz, offset, name))
 
     def read_after(self, pid, time_ns):
         """Whether the mappings of pid were read after a hit at time_ns:
@@ -1268,15 +1272,12 @@ class Symbolizer:
                    for _, _, _, path in self.maps.get(pid, ()))
 
     def lookup(self, pid, address, bias=None):
-        for start, end, offset, path in self.maps.get(pid, ()):
+        for start, end, offset, path in itertools.chain(
+                self.maps.get(pid, ()), self.libraries.get(pid, ())):
             if start <= address < end:
                 if not path.startswith("/"):
                     return self._perf_map(pid, address), path or "[anon]"
                 where = self.files.get((pid, path), (None, path))[1]
-                return self._symbol(where, address - start + offset,
-                                    root=self.roots.get(pid)), path
-        for start, end, offset, path, where in self.libraries.get(pid, ()):
-            if start <= address < end:
                 return self._symbol(where, address - start + offset,
                                     root=self.roots.get(pid)), path
         if self.interpreter and bias is not None:
