@@ -332,8 +332,9 @@ def promised_probes(firing=False, provider="python"):
             if p == provider]
 
 
-def stapsdt_notes(binary):
-    """[(provider, name, semaphore address or None)], from readelf -n."""
+def stapsdt_notes(binary, arguments=False):
+    """[(provider, name, semaphore address or None)], from readelf -n;
+    with *arguments*, each with its number of arguments too."""
     proc = run(["readelf", "-n", binary])
     if proc.returncode != 0:
         raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
@@ -342,8 +343,12 @@ def stapsdt_notes(binary):
         provider = re.search(r"Provider: (\S+)", note).group(1)
         name = re.search(r"Name: (\S+)", note).group(1)
         semaphore = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
-        notes.append((provider, name,
-                      int(semaphore.group(1), 16) if semaphore else None))
+        note_entry = (provider, name,
+                      int(semaphore.group(1), 16) if semaphore else None)
+        if arguments:
+            given = re.search(r"Arguments:(.*)", note)
+            note_entry += (len(given.group(1).split()) if given else 0,)
+        notes.append(note_entry)
     return notes
 
 

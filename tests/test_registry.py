@@ -17,7 +17,7 @@ import os
 import re
 import unittest
 
-from support import PYTHON, TOP, registry, run
+from support import PYTHON, TOP, registry, stapsdt_notes
 
 USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
 HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
@@ -57,19 +57,6 @@ def howto_entries():
     return entries
 
 
-def note_arguments(binary):
-    """{(provider, name): number of arguments} of the stapsdt notes."""
-    proc = run(["readelf", "-n", binary])
-    found = {}
-    for note in proc.stdout.split("NT_STAPSDT")[1:]:
-        provider = re.search(r"Provider: (\S+)", note).group(1)
-        name = re.search(r"Name: (\S+)", note).group(1)
-        arguments = re.search(r"Arguments:(.*)", note)
-        count = len(arguments.group(1).split()) if arguments else 0
-        found[provider, name] = count
-    return found
-
-
 class RegistryTest(unittest.TestCase):
 
     @classmethod
@@ -83,7 +70,8 @@ class RegistryTest(unittest.TestCase):
         return self.subTest(probe="%s:%s" % (row["provider"], row["name"]))
 
     def test_the_build_has_exactly_these(self):
-        notes = note_arguments(PYTHON)
+        notes = {(provider, name): count for provider, name, _, count
+                 in stapsdt_notes(PYTHON, arguments=True)}
         self.assertEqual(sorted(notes), sorted((row["provider"], row["name"])
                                                for row in self.rows))
         for row in self.rows:
