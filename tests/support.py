@@ -282,30 +282,59 @@ def perf_map_entries(pid):
         return []
 
 
+REGISTRY_COLUMNS = ("provider", "name", "kind", "arguments", "upstream",
+                    "fired_in", "patch", "bpftrace", "dtrace", "systemtap",
+                    "tool", "tests")
+
+
+def registry_path():
+    """series/SERIES/probes.tsv, the probe registry."""
+    return os.path.join(TOP, "series", os.environ.get("SERIES", "3.13"),
+                        "probes.tsv")
+
+
+def registry():
+    """The probe registry's rows, as dicts of REGISTRY_COLUMNS (the list
+    columns split at commas, "-" as [] or None)."""
+    rows = []
+    with open(registry_path(), encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != len(REGISTRY_COLUMNS):
+                raise ValueError("%s:%d: %d columns, not %d"
+                                 % (registry_path(), number, len(fields),
+                                    len(REGISTRY_COLUMNS)))
+            row = dict(zip(REGISTRY_COLUMNS, fields))
+            for column in ("fired_in", "bpftrace", "dtrace", "systemtap",
+                           "tool", "tests"):
+                row[column] = [] if row[column] == "-" else \
+                    row[column].split(",")
+            for column in ("upstream", "patch"):
+                if row[column] == "-":
+                    row[column] = None
+            rows.append(row)
+    return rows
+
+
 def promised_probe_pairs(firing=False):
-    """[(provider, name)] of tests/probes.txt, sorted; with *firing*,
+    """[(provider, name)] of the probe registry, sorted; with *firing*,
     without the markers that never fire."""
-    with open(os.path.join(TOP, "tests", "probes.txt")) as f:
-        entries = [line.split() for line in f
-                   if line.strip() and not line.startswith("#")]
-    pairs = []
-    for entry in entries:
-        if firing and entry[1:] == ["marker"]:
-            continue
-        provider, _, name = entry[0].rpartition(":")
-        pairs.append((provider or "python", name))
-    return sorted(pairs)
+    return sorted((row["provider"], row["name"]) for row in registry()
+                  if not (firing and row["kind"] == "marker"))
 
 
 def promised_probes(firing=False, provider="python"):
-    """The names of the probes of *provider* in tests/probes.txt, sorted;
+    """The names of the probes of *provider* in the registry, sorted;
     with *firing*, without the markers that never fire."""
     return [name for p, name in promised_probe_pairs(firing)
             if p == provider]
 
 
-def stapsdt_notes(binary):
-    """[(provider, name, semaphore address or None)], from readelf -n."""
+def stapsdt_notes(binary, arguments=False):
+    """[(provider, name, semaphore address or None)], from readelf -n;
+    with *arguments*, each with its number of arguments too."""
     proc = run(["readelf", "-n", binary])
     if proc.returncode != 0:
         raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
@@ -314,8 +343,12 @@ def stapsdt_notes(binary):
         provider = re.search(r"Provider: (\S+)", note).group(1)
         name = re.search(r"Name: (\S+)", note).group(1)
         semaphore = re.search(r"Semaphore: (0x[0-9a-f]+)", note)
-        notes.append((provider, name,
-                      int(semaphore.group(1), 16) if semaphore else None))
+        note_entry = (provider, name,
+                      int(semaphore.group(1), 16) if semaphore else None)
+        if arguments:
+            given = re.search(r"Arguments:(.*)", note)
+            note_entry += (len(given.group(1).split()) if given else 0,)
+        notes.append(note_entry)
     return notes
 
 

@@ -34,7 +34,69 @@ def stapsdt_probes(binary):
                                for provider, name, _ in stapsdt_notes(binary))
 
 
+def glue_calls(objects):
+    """{file: set of files whose functions and data it uses} of the glue's
+    object files, by their symbols (nm)."""
+    defined, used = {}, {}
+    for path in objects:
+        name = os.path.basename(path)
+        proc = run(["nm", "--defined-only", "-g", path])
+        defined[name] = {line.split()[-1] for line in proc.stdout.splitlines()
+                         if line.strip()}
+        proc = run(["nm", "-u", path])
+        used[name] = {line.split()[-1] for line in proc.stdout.splitlines()
+                      if line.strip()}
+    return {name: {other for other in defined
+                   if other != name and used[name] & defined[other]}
+            for name in defined}
+
+
+def find_cycle(calls):
+    """A cycle of calls (a list of files, the first one again at its end),
+    or None."""
+    state = {}
+    path = []
+
+    def visit(name):
+        state[name] = "open"
+        path.append(name)
+        for other in sorted(calls[name]):
+            if state.get(other) == "open":
+                return path[path.index(other):] + [other]
+            if other not in state:
+                found = visit(other)
+                if found:
+                    return found
+        state[name] = "done"
+        path.pop()
+        return None
+
+    for name in sorted(calls):
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return None
+
+
 class BuildFactsTest(unittest.TestCase):
+
+    def test_glue_calls_without_a_cycle(self):
+        # The files of overlay/Python call each other as a DAG (names at
+        # the bottom, probes at the top): each can be read, and ported to
+        # a new CPython, from the bottom up.
+        glue = sorted(name[:-2] for name in os.listdir(
+            os.path.join(TOP, "overlay", "Python")) if name.endswith(".c"))
+        objects = [os.path.join(os.path.dirname(PYTHON), "Python",
+                                name + ".o") for name in glue]
+        missing = [path for path in objects if not os.path.exists(path)]
+        self.assertEqual(missing, [], "the glue's objects of the build")
+        calls = glue_calls(objects)
+        self.assertIsNone(find_cycle(calls), calls)
+        # The check itself finds a cycle.
+        self.assertEqual(find_cycle({"a.o": {"b.o"}, "b.o": {"c.o"},
+                                     "c.o": {"a.o"}}),
+                         ["a.o", "b.o", "c.o", "a.o"])
 
     def test_with_dtrace(self):
         proc = run([PYTHON, "-c", "import sysconfig; "
@@ -47,7 +109,7 @@ class BuildFactsTest(unittest.TestCase):
         self.assertEqual({p for p, _ in found}, {"python", "otel_memory"},
                          "unexpected USDT providers")
         self.assertEqual(sorted(found), promised_probe_pairs(),
-                         "readelf -n %s differs from tests/probes.txt"
+                         "readelf -n %s differs from the probe registry"
                          % PYTHON)
 
     def test_probes_have_semaphores(self):

@@ -589,6 +589,7 @@ else
     echo 'regrtest: regrtest (unarmed-subset-without-line): test_b' >&2
     echo 'Total tests: run=15 failures=1 skipped=1'; n=5
 fi
+[ -z "${STANDIN_HANG:-}" ] || [ $n != 4 ] || { echo 'hangs' >&2; sleep 600; }
 [ "${STANDIN_FAIL:-}" != $n ]
 """,
     "deb": "echo 'deb: built' >&2\n",
@@ -738,6 +739,23 @@ class CheckAllTest(unittest.TestCase):
                         self.assertTrue(line.endswith("): not run"), line)
                     else:
                         self.assertNotIn("not run", line)
+
+    def test_hung_tier_stopped(self):
+        # Under CI, a tier that runs twice its budget (tier 4: 4 "min",
+        # here 4 s) is stopped, with its children, and fails, saying so;
+        # outside CI it is not (a terminal's Ctrl-C must reach it).
+        started = time.monotonic()
+        proc, lines = self.check_all(STANDIN_HANG="1", CI="true",
+                                     CHECK_ALL_MINUTE="1")
+        self.assertLess(time.monotonic() - started, 60, proc.stderr)
+        self.assertNotEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("tier 4 stopped: still running after 4 min, "
+                      "twice its budget", proc.stderr)
+        self.assertEqual(lines[3], "tier 4 (regrtest subset): FAILED: "
+                         "1234 tests run, 2 failed, 45 skipped; stopped "
+                         "after 4 min")
+        self.assertTrue(lines[4].endswith("): not run"), lines[4])
+        self.assertNotIn("sleep 600", run(["ps", "-eo", "args"]).stdout)
 
     def test_left_behind(self):
         # A python-usdt-* directory or a perf map that was not there before,

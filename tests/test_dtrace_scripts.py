@@ -53,6 +53,19 @@ TIMEOUT = 600
 SESSION_TIMEOUT = 240
 # What DTrace may take to end once told to (SIGINT).
 END_TIMEOUT = 120
+# What a step of a -p run may take: DTrace arming the target's probes, the
+# workload running once they are, DTrace ending after it (each takes
+# seconds; a stall is DTrace's bug of retried(), found sooner).
+STEP_TIMEOUT = 180
+# How long DTrace may stay alive after its -p target has exited before it
+# is told to end (SIGINT, on which it runs its END clauses and prints its
+# aggregations, as it does when it sees the target go).  DTrace 2.0.7
+# sometimes does not see it go (seen: a CI run waited 10 minutes, twice).
+GONE_GRACE = 30
+# How long a thread of a -c program may stay in ptrace_stop: DTrace keeps
+# the program stopped until its probes are armed (seconds; up to a minute
+# on a loaded machine), then only for moments.
+C_PTRACE_PATIENCE = 90
 
 # What a -p target runs: it says it is ready, waits for a line on stdin (the
 # tracer has armed its probes), then runs the workload as __main__, as
@@ -186,16 +199,47 @@ class Session:
         self.target_stderr = target_stderr
 
 
-def kill_program(argv):
-    """Kill the processes whose command line is argv."""
+def pids_of(argv):
+    """The processes whose command line is argv."""
     wanted = "\0".join(argv) + "\0"
+    pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % pid) as f:
                 if f.read() == wanted:
-                    os.kill(int(pid), signal.SIGKILL)
+                    pids.append(int(pid))
         except OSError:
             pass
+    return pids
+
+
+def kill_program(argv):
+    """Kill the processes whose command line is argv."""
+    for pid in pids_of(argv):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class ProgramWatch:
+    """A watch for wait() on a -c run of DTrace: a PtraceWatch (patience
+    C_PTRACE_PATIENCE) of each process whose command line is argv, DTrace's
+    program, so that DTrace's bug of retried() (a thread of the program
+    left in ptrace_stop) is a Hang within a minute and a half, not at
+    SESSION_TIMEOUT."""
+
+    def __init__(self, argv):
+        self.argv = argv
+        self.watches = {}
+
+    def __call__(self):
+        for pid in pids_of(self.argv):
+            watch = self.watches.get(pid)
+            if watch is None:
+                watch = self.watches[pid] = PtraceWatch(
+                    pid, "DTrace's -c program", C_PTRACE_PATIENCE)
+            watch()
 
 
 def retried(name, function, *args, **kwargs):
@@ -230,15 +274,28 @@ def trace_c(program_args, workload, script_args=(), env=None):
         raise ValueError("dtrace -c splits on spaces: %r" % workload)
     with tempfile.TemporaryDirectory(dir=_tmp) as tmp:
         path = os.path.join(tmp, "dtrace.out")
+        tracer = subprocess.Popen(
+            [DTRACE, "-q", "-o", path, *program_args, "-c",
+             "%s %s" % (PYTHON, workload), *script_args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env)
         try:
-            proc = run([DTRACE, "-q", "-o", path, *program_args, "-c",
-                        "%s %s" % (PYTHON, workload), *script_args],
-                       timeout=SESSION_TIMEOUT, env=env)
-        except subprocess.TimeoutExpired:
-            # run() killed DTrace; its program may hang on (see retried).
+            out, err = wait(tracer, SESSION_TIMEOUT,
+                            "DTrace and its -c program %s did not end"
+                            % workload,
+                            ProgramWatch([PYTHON, workload]),
+                            communicate=True)
+        except Hang:
+            # DTrace is killed below; its program may hang on (see
+            # retried).
             kill_program([PYTHON, workload])
-            raise Hang("timeout: DTrace and its -c program %s did not end "
-                       "within %d s" % (workload, SESSION_TIMEOUT))
+            raise
+        finally:
+            if tracer.poll() is None:
+                tracer.kill()
+                tracer.communicate()
+        proc = subprocess.CompletedProcess(tracer.args, tracer.returncode,
+                                           out, err)
         output = ""
         if os.path.exists(path):
             with open(path) as f:
@@ -312,7 +369,7 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         semaphores = [Semaphore(target.pid, name)
                       for name in probes_of(program)]
-        deadline = time.monotonic() + TIMEOUT
+        deadline = time.monotonic() + STEP_TIMEOUT
 
         def tracing():
             if driver is not None:
@@ -329,7 +386,7 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
                 return Session(tracer.returncode, out, err)
             if time.monotonic() > deadline:
                 raise Hang("timeout: DTrace did not arm %s within %d s"
-                           % (probes_of(program), TIMEOUT))
+                           % (probes_of(program), STEP_TIMEOUT))
             time.sleep(0.05)
         # The watcher sees armed probes within a second.
         time.sleep(2.5)
@@ -338,18 +395,32 @@ def trace_p(program_args, workload, program, script_args=(), tmp=None,
         target.stdin.write("go\n")
         target.stdin.close()
         target_out, target_err = wait(
-            target, TIMEOUT, "the traced workload did not end",
+            target, STEP_TIMEOUT, "the traced workload did not end",
             PtraceWatch(target.pid, "the traced workload"), communicate=True)
         if target.returncode != 0:
             raise AssertionError("the workload failed: %s" % target_err)
-        # DTrace ends when the process it grabbed has exited.
-        out, err = wait(tracer, TIMEOUT, "DTrace did not end after its "
-                        "target", communicate=True)
+        # DTrace ends when the process it grabbed has exited; if it has
+        # not seen it go, SIGINT makes it end as it would have.
+        try:
+            out, err = wait(tracer, GONE_GRACE, "DTrace did not end after "
+                            "its target", communicate=True)
+        except Hang:
+            sys.stderr.write("test_dtrace_scripts: DTrace still ran %d s "
+                             "after its -p target ended: sent SIGINT\n"
+                             % GONE_GRACE)
+            tracer.send_signal(signal.SIGINT)
+            out, err = wait(tracer, END_TIMEOUT, "DTrace did not end after "
+                            "its target and SIGINT", communicate=True)
         with open(output) as f:
             out += f.read().replace(TRACING + "\n", "", 1)
         return Session(tracer.returncode, target_out + out, err, target_err)
     finally:
-        for proc in (target, tracer):
+        # DTrace first: while it still traces the target, the target's
+        # exit is reported to DTrace, not to us, and waiting for it
+        # blocks for as long as DTrace lives (seen: DTrace alive in
+        # epoll, the target a zombie it traced, the test waiting in this
+        # finally for over 5 minutes, until DTrace was killed).
+        for proc in (tracer, target):
             if proc is not None:
                 if proc.poll() is None:
                     proc.kill()

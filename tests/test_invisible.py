@@ -2,7 +2,7 @@
 
 Each case of data/invisible_workload.py prints what a program, a debugger
 or a coverage tool sees.  It runs once unarmed and once under bpftrace with
-every probe of tests/probes.txt armed (by path, from start-up; the marker
+every probe of the registry (series/3.13/probes.tsv) armed (by path, from start-up; the marker
 stacks__enable in the trampoline tests, which remove its perf map); the outputs
 must be equal, and equal to what pristine 3.13.5 prints (the expected
 values below, where they are short enough to read).  Cases that need an

@@ -562,6 +562,46 @@ class FoldedTest(NativeStacksBase):
                     input=proc.stdout)
         self.assertEqual(check.stdout.strip(), "3", check.stderr)
 
+    def test_libraries_named_after_exit(self):
+        # The records of a command that has ended, counted again with
+        # --read: no process is left whose mappings could be read, and
+        # the loader's list (M records) names the C library's frames,
+        # read in this root.  Where bpftrace ran the command in another
+        # root (tools/bpftrace's), this root's file of that name is
+        # another C library: its frames stay unnamed, never named from
+        # the wrong file.
+        example = os.path.join(base.TOP, "examples", "sort_key.py")
+        records = os.path.join(self.tmp, "records")
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--folded",
+                    "--probe", "tracepoint:syscalls:sys_enter_write",
+                    "--filter", "args->fd == 2", "--save", records, "-c",
+                    "%s %s" % (PYTHON, example)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(records) as f:
+            listed = [line.split(" ", 7)[7].strip() for line in f
+                      if line.startswith("PYSTACK M ")]
+        self.assertIn(True, [os.path.basename(name) == "libc.so.6"
+                             for name in listed], listed)
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--folded",
+                    "--read", records, "--python", PYTHON], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
+                         3, proc.stdout)
+        shim = os.path.realpath(shutil.which("bpftrace") or "bpftrace")
+        own_root = not shim.startswith(os.path.join(base.TOP, "build",
+                                                    "bpftrace") + os.sep)
+        for line in lines:
+            frames = line.rpartition(" ")[0].split(";")
+            self.assertIn("os_write (%s)" % os.path.basename(
+                os.path.realpath(PYTHON)), frames, line)
+            if own_root:
+                self.assertTrue(frames[0].endswith(" (libc.so.6)"), line)
+                self.assertTrue(frames[-1].endswith(" (libc.so.6)"), line)
+            else:
+                self.assertEqual(frames[-1], "[unknown] ([unknown])", line)
+                self.assertNotIn("libc.so.6", line)
+
 
 class ToolsTest(NativeStacksBase):
     """python -m usdt.tools stacks takes pystack.py's options."""

@@ -1,4 +1,5 @@
-"""The GIL, thread and asyncio task probes against their ground truth.
+"""The GIL, thread, asyncio task and instance probes against their ground
+truth.
 
 data/runtime_workload.py runs threads that contend for the GIL, block in
 time.sleep() and on a lock, and asyncio tasks whose steps it knows, and
@@ -6,12 +7,17 @@ prints what each thread and task is.  bpftrace runs it with the probes
 armed; per thread, the GIL probes must follow take__start, take__done,
 drop in that order, thread__start/stop must fire once per started thread
 with its ids, around all of its Python code and before its join() returns,
-and the task step probes must bracket each step the workload counts.  On
-stock 3.13.5 the probes do not exist and bpftrace cannot attach.
+and the task step probes must bracket each step the workload counts.  The
+four instance probes must fire once per instance of the classes that a
+workload creates and frees, by name and module.  On stock 3.13.5 the
+probes other than upstream's instance probes do not exist and bpftrace
+cannot attach; upstream declares those but never fires them.
 """
 
 import collections
 import os
+import shutil
+import tempfile
 import unittest
 
 from support import Bpftrace, PYTHON, free_threaded, run, tracer_unusable
@@ -211,6 +217,63 @@ class TaskSteps(unittest.TestCase):
             if key not in expected:
                 self.assertEqual(starts, dones, key)
         self.assertEqual(nested, eager)
+
+
+
+INSTANCES_WORKLOAD = """\
+import gc
+
+class Widget:
+    pass
+
+class Gadget:
+    __slots__ = ("x",)
+
+widgets = [Widget() for _ in range(300)]
+del widgets
+gadgets = [Gadget() for _ in range(150)]
+for gadget in gadgets:
+    gadget.x = gadget
+del gadget, gadgets
+gc.collect()
+"""
+INSTANCES_PROGRAM = """
+usdt:%(p)s:python:instance__new__start /pid == cpid && str(arg1) == "__main__"/
+{ @new_start[str(arg0)] = count(); }
+usdt:%(p)s:python:instance__new__done /pid == cpid && str(arg1) == "__main__"/
+{ @new_done[str(arg0)] = count(); }
+usdt:%(p)s:python:instance__delete__start /pid == cpid && str(arg1) == "__main__"/
+{ @delete_start[str(arg0)] = count(); }
+usdt:%(p)s:python:instance__delete__done /pid == cpid && str(arg1) == "__main__"/
+{ @delete_done[str(arg0)] = count(); }
+"""
+
+
+class InstanceProbes(unittest.TestCase):
+
+    def test_once_per_instance(self):
+        # 300 Widgets freed by reference counting, 150 Gadgets (with
+        # __slots__, each in a cycle) freed by the collector: each of the
+        # four probes fires once per instance, with the class's name and
+        # module.
+        reason = Bpftrace.usable()
+        if reason is not None:
+            tracer_unusable(reason)
+        tmp = tempfile.mkdtemp(prefix="instances")
+        self.addCleanup(shutil.rmtree, tmp)
+        script = os.path.join(tmp, "instances.py")
+        with open(script, "w") as f:
+            f.write(INSTANCES_WORKLOAD)
+        proc = Bpftrace.run(INSTANCES_PROGRAM % {"p": PYTHON}, script)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        counts = collections.defaultdict(dict)
+        for name, keys, value in Bpftrace.maps(proc.stdout):
+            counts[name][keys[0]] = value
+        expected = {"Widget": 300, "Gadget": 150}
+        for probe in ("new_start", "new_done", "delete_start",
+                      "delete_done"):
+            with self.subTest(probe=probe):
+                self.assertEqual(counts[probe], expected, proc.stdout)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # Sourced after lib.sh, not executed.
 # shellcheck shell=bash
 #
-# The bpftrace program has one clause per probe of tests/probes.txt, each
+# The bpftrace program has one clause per probe of the registry, each
 # counting its hits, attached by path (usdt:/abs/path/python:PROVIDER:NAME,
 # no -p and no -c): every process that runs that file, present or future,
 # is armed, including regrtest's workers and the interpreters the tests
@@ -64,20 +64,20 @@ arm_cleanup() {
     ARM_PID=
 }
 
-# PROVIDER:NAME of each probe armed (tests/probes.txt's NAME is python's),
-# but those of ARM_LEFT_OUT.
+# PROVIDER:NAME of each probe of the registry (series/SERIES/probes.tsv:
+# provider, name, kind, ...) armed, but those of ARM_LEFT_OUT.
 arm_probes() {
-    awk -v out=" $ARM_LEFT_OUT " '!/^#/ && NF {
-        p = ($1 ~ /:/ ? $1 : "python:" $1)
-        if (index(out, " " p " ") == 0) print p }' "$TOP/tests/probes.txt"
+    awk -F '\t' -v out=" $ARM_LEFT_OUT " '!/^#/ && NF {
+        p = $1 ":" $2
+        if (index(out, " " p " ") == 0) print p }' "$SERIES_DIR/probes.tsv"
 }
 
 # The probes armed that fire: not the markers, which are armed for their
 # semaphores only.
 arm_firing_probes() {
-    awk -v out=" $ARM_LEFT_OUT " '!/^#/ && NF && $2 != "marker" {
-        p = ($1 ~ /:/ ? $1 : "python:" $1)
-        if (index(out, " " p " ") == 0) print p }' "$TOP/tests/probes.txt"
+    awk -F '\t' -v out=" $ARM_LEFT_OUT " '!/^#/ && NF && $3 != "marker" {
+        p = $1 ":" $2
+        if (index(out, " " p " ") == 0) print p }' "$SERIES_DIR/probes.tsv"
 }
 
 # The perf maps that processes of $ARM_PYTHON wrote since arm_start and
@@ -129,7 +129,7 @@ arm_start() {
     for probe in "$@"; do
         case $probe in *:*) ;; *) probe=python:$probe ;; esac
         grep -qxF "$probe" <<<"$known" ||
-            die "arm_start: $probe is not a probe of tests/probes.txt"
+            die "arm_start: $probe is not a probe of the registry (series/$SERIES/probes.tsv)"
         ARM_LEFT_OUT+=" $probe"
     done
     mkdir -p "$dir"
@@ -231,8 +231,14 @@ $(arm_errors "$dir/bpftrace.err")"
         *" python:stacks__enable "*) ;;
         *) arm_check_marker ;;
     esac
-    kill -INT "$pid"
-    for _ in $(seq 600); do arm_alive || break; sleep 0.1; done
+    # bpftrace 0.17 can miss a SIGINT (it then runs on, armed): another
+    # follows each second, as tests/support.py's interrupt() sends them.
+    # One that comes while it prints does no harm.
+    for i in $(seq 600); do
+        arm_alive || break
+        [ $((i % 10)) -ne 1 ] || kill -INT "$pid" 2>/dev/null || true
+        sleep 0.1
+    done
     if arm_alive; then
         arm_cleanup
         die "bpftrace (pid $pid) did not exit within 60 s of SIGINT"

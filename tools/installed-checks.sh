@@ -283,9 +283,9 @@ EOF
         [ -f "$lib" ] || die "no $lib after make install-shared"
         [ "$(libpython_of "$binary")" = "$lib" ] ||
             die "$binary loads '$(libpython_of "$binary")', not $lib"
-        expected=$(sed -n 's/^\([a-z_]*:\)\{0,1\}\([a-z_][a-z_]*\).*/\2/p' "$TOP/tests/probes.txt" | sort -u)
+        expected=$(awk -F '\t' '!/^#/ && NF { print $2 }' "$SERIES_DIR/probes.tsv" | sort -u)
         [ "$(probes_of "$lib")" = "$expected" ] ||
-            die "the probes in $lib differ from tests/probes.txt: $(diff <(probes_of "$lib") <(printf '%s\n' "$expected"))"
+            die "the probes in $lib differ from the registry (series/$SERIES/probes.tsv): $(diff <(probes_of "$lib") <(printf '%s\n' "$expected"))"
         [ -z "$(probes_of "$binary")" ] ||
             die "$binary has probes of its own: $(probes_of "$binary")"
         expect_100_calls "python3 (shared)" "$lib" "$binary" "$work/calls.py"

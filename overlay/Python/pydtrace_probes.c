@@ -48,34 +48,6 @@
 
 #define UNKNOWN "<unknown>"
 
-/* ------------------------------------------------------------------------
- * str -> C string, without allocation
- * ------------------------------------------------------------------------ */
-
-const char *
-_PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
-{
-    if (s == NULL || !PyUnicode_Check(s)) {
-        return UNKNOWN;
-    }
-    if (PyUnicode_IS_COMPACT_ASCII(s)) {
-        return (const char *)PyUnicode_DATA(s);
-    }
-    if (PyUnicode_IS_COMPACT(s)) {
-        const char *utf8 = FT_ATOMIC_LOAD_PTR_ACQUIRE(
-            ((PyCompactUnicodeObject *)s)->utf8);
-        if (utf8 != NULL) {
-            return utf8;
-        }
-    }
-    if (buf == NULL || size == 0) {
-        return UNKNOWN;
-    }
-    (void)_PyDTrace_EncodeUTF8(PyUnicode_KIND(s), PyUnicode_DATA(s),
-                               PyUnicode_GET_LENGTH(s), buf, size);
-    return buf;
-}
-
 #ifdef WITH_DTRACE
 
 /* ------------------------------------------------------------------------
@@ -117,51 +89,6 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
         PyDTrace_FUNCTION_RETURN(names.filename, names.funcname,
                                  _PyDTrace_InstrLine(frame, instr));
     }
-}
-
-void
-_PyDTrace_GetCodeNames(PyCodeObject *code, struct _PyDTrace_CodeNames *names)
-{
-    names->filename = _PyDTrace_StrAsUTF8(code->co_filename, names->filebuf,
-                                          sizeof(names->filebuf));
-    names->funcname = _PyDTrace_StrAsUTF8(code->co_name, names->namebuf,
-                                          sizeof(names->namebuf));
-}
-
-/* PyCode_Addr2Line() walks the code's location table from its start, which
- * was most of the work of a cfunction or exception probe hit.  Each thread
- * remembers the lines of the instructions it saw last: an entry is keyed
- * by the instruction's address and its code object's co_version, unique
- * per code object (0, once the counter is exhausted, is not cached), so a
- * code object freed and another made at the same address cannot match. */
-#define LINE_CACHE_SIZE 128     /* a power of 2 */
-
-static _Py_thread_local struct {
-    _Py_CODEUNIT *instr;
-    uint32_t version;
-    int line;
-} line_cache[LINE_CACHE_SIZE];
-
-int
-_PyDTrace_InstrLine(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
-{
-    PyCodeObject *code = _PyFrame_GetCode(frame);
-    uint32_t version = code->co_version;
-    size_t slot = ((uintptr_t)instr / sizeof(_Py_CODEUNIT))
-                  & (LINE_CACHE_SIZE - 1);
-    if (version != 0 && line_cache[slot].instr == instr
-        && line_cache[slot].version == version)
-    {
-        return line_cache[slot].line;
-    }
-    int offset = (int)(instr - _PyCode_CODE(code));
-    int line = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
-    if (version != 0) {
-        line_cache[slot].instr = instr;
-        line_cache[slot].version = version;
-        line_cache[slot].line = line;
-    }
-    return line;
 }
 
 uint8_t
@@ -252,86 +179,11 @@ _PyDTrace_FireLine(_PyInterpreterFrame *frame, int line)
  * instance__new__start/done, instance__delete__start/done
  * ------------------------------------------------------------------------ */
 
-/* The module name of a heap type: its own __module__ entry.  The lookup is
- * only done in a dict whose keys are all exact str objects (a "unicode"
- * keys table: a str subclass key converts the table to the general kind),
- * where comparing keys never calls __eq__.  It neither sets nor clears an
- * exception. */
-static const char *
-type_module_name(PyTypeObject *type, char *buf, size_t size)
-{
-    PyObject *dict = type->tp_dict;
-    if (dict == NULL || !PyDict_CheckExact(dict)
-        || !DK_IS_UNICODE(((PyDictObject *)dict)->ma_keys))
-    {
-        return UNKNOWN;
-    }
-    PyObject *name = &_Py_ID(__module__);
-    Py_hash_t hash = _PyASCIIObject_CAST(name)->hash;
-    if (hash == -1) {
-        return UNKNOWN;
-    }
-    PyObject *mod = _PyDict_GetItem_KnownHash(dict, name, hash);
-    return _PyDTrace_StrAsUTF8(mod, buf, size);
-}
-
-/* Copy at most size - 1 bytes of *src* (len bytes) into *buf*, cut at a
- * UTF-8 character boundary; return the number of bytes copied. */
-static size_t
-copy_utf8(char *buf, size_t size, const char *src, size_t len)
-{
-    if (len >= size) {
-        len = size - 1;
-        /* Back up over continuation bytes of a cut character. */
-        while (len > 0 && ((unsigned char)src[len] & 0xc0) == 0x80) {
-            len--;
-        }
-    }
-    memcpy(buf, src, len);
-    buf[len] = '\0';
-    return len;
-}
-
-const char *
-_PyDTrace_JoinDotted(const char *a, const char *b, char *buf, size_t size)
-{
-    size_t pos = copy_utf8(buf, size, a, strlen(a));
-    if (pos + 1 < size) {
-        buf[pos++] = '.';
-        copy_utf8(buf + pos, size - pos, b, strlen(b));
-    }
-    return buf;
-}
-
-void
-_PyDTrace_TypeNames(PyTypeObject *type, char *modbuf, char *qualbuf,
-                    const char **module, const char **qualname)
-{
-    if (type->tp_flags & Py_TPFLAGS_HEAPTYPE) {
-        *module = type_module_name(type, modbuf, _PyDTrace_STRBUF_SIZE);
-        *qualname = _PyDTrace_StrAsUTF8(((PyHeapTypeObject *)type)->ht_qualname,
-                                        qualbuf, _PyDTrace_STRBUF_SIZE);
-        return;
-    }
-    /* A static type: "module.qualname" in tp_name, as type.__module__ and
-     * type.__qualname__ read it (Objects/typeobject.c). */
-    const char *name = type->tp_name ? type->tp_name : UNKNOWN;
-    const char *dot = strrchr(name, '.');
-    if (dot == NULL) {
-        *module = "builtins";
-        *qualname = name;
-        return;
-    }
-    copy_utf8(modbuf, _PyDTrace_STRBUF_SIZE, name, (size_t)(dot - name));
-    *module = modbuf;
-    *qualname = dot + 1;
-}
-
 #define FIRE_INSTANCE(PROBE, type) \
     do { \
         char modbuf[_PyDTrace_STRBUF_SIZE]; \
         const char *tname = (type)->tp_name ? (type)->tp_name : UNKNOWN; \
-        PROBE(tname, type_module_name((type), modbuf, sizeof(modbuf))); \
+        PROBE(tname, _PyDTrace_TypeModuleName((type), modbuf, sizeof(modbuf))); \
     } while (0)
 
 void

@@ -115,6 +115,13 @@ _PyDTrace_EncodeUTF8(int kind, const void *data, Py_ssize_t len, char *out,
  * object gives "<unknown>". */
 extern const char *_PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size);
 
+/* The names below are in Python/pydtrace_names.c. */
+
+/* A heap type's __module__, from its own dict, in the way
+ * _PyDTrace_TypeNames() reads it (into *buf* if it is not ASCII). */
+extern const char *_PyDTrace_TypeModuleName(PyTypeObject *type, char *buf,
+                                            size_t size);
+
 /* Python's names for a type, without allocating or running Python code:
  * *module* is its __module__ ("builtins" for a static type without a dot in
  * tp_name; "<unknown>" for a heap type whose dict has no str __module__ or

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 
-from usdt import _bpftrace
+from usdt import _bpftrace, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -478,9 +478,55 @@ def callpaths_command(tool, args):
     if args.svg:
         draw(args.svg, folded, "<latency>", "no Python function returned "
              "while tracing", "Wall time by call path (ns)")
+    # The frames' lines are the functions' first lines.
+    write_profiles(args, folded, sample_types=(("wall", "nanoseconds"),),
+                   start_lines=True)
     if args.folded or args.output:
         write(args, folded)
     return status
+
+
+# What --pprof and --speedscope write, by tool.
+PROFILE_KINDS = {
+    "profile": "CPU samples",
+    "stacks": "stack counts",
+    "alloc": "allocation samples (bytes)",
+    "latency": "wall time by call path (with --folded or --svg)",
+}
+
+
+def write_profiles(args, folded, **kinds):
+    """The --pprof and --speedscope files of args, of folded stacks."""
+    if not (getattr(args, "pprof", None) or
+            getattr(args, "speedscope", None)):
+        return
+    if not folded.strip():
+        sys.stderr.write("usdt.tools %s: no stacks: --pprof and "
+                         "--speedscope files not written\n" % args.tool)
+        return
+    profiles.write_profiles(folded, args.pprof, args.speedscope,
+                            name="usdt.tools %s" % args.tool,
+                            main_mapping=args.binary, **kinds)
+
+
+def profile_kinds(args):
+    """write_profiles()'s sample types for profile, stacks and alloc."""
+    if args.tool == "profile":
+        # pyprofile.bt (--native) samples at 99 Hz.
+        period = 10 ** 9 // (99 if args.native else args.hz)
+        return dict(sample_types=(("samples", "count"),
+                                  ("cpu", "nanoseconds")),
+                    scale=(1, period), period_type=("cpu", "nanoseconds"),
+                    period=period)
+    if args.tool == "alloc":
+        # The bytes first: pprof's default (default_sample_type) and
+        # speedscope's weights; then the objects (extra: pystack.py's
+        # --also-folded-objects).
+        prefix = "inuse" if args.live else "alloc"
+        return dict(sample_types=((prefix + "_space", "bytes"),
+                                  (prefix + "_objects", "count")),
+                    default_type=prefix + "_space")
+    return dict(sample_types=(("hits", "count"),))
 
 
 def write(args, text):
@@ -493,12 +539,26 @@ def write(args, text):
 
 
 def run_pystack(args, pystack_args):
+    """(status, counts) of pystack.py run with pystack_args; with --pprof
+    or --speedscope in args, their files are written of the same stacks
+    (pystack.py --also-folded)."""
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         # pystack's counts go to a file of their own; its standard output,
         # the -c command's, is ours.
         output = os.path.join(tmp, "stacks")
+        wanted = getattr(args, "pprof", None) or getattr(args, "speedscope",
+                                                         None)
+        # Folded counts are already what the profiles are made of.
+        folded = (output if "--folded" in pystack_args
+                  else os.path.join(tmp, "folded"))
+        # alloc's profiles have the objects too (--size).
+        objects = (os.path.join(tmp, "objects")
+                   if wanted and "--size" in pystack_args else None)
         cmd = [sys.executable, script_path("pystack.py"), "--python",
                args.binary, "--output", output, *pystack_args,
+               *(["--also-folded", folded]
+                 if wanted and folded != output else []),
+               *(["--also-folded-objects", objects] if objects else []),
                *target_args(args)]
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
         copier = threading.Thread(target=forward_stderr,
@@ -527,6 +587,25 @@ def run_pystack(args, pystack_args):
                 proc.wait()
             copier.join()
             proc.stderr.close()
+        # (Before the counts' check: alloc's tables give pystack.py an
+        # --output of their own.)
+        if wanted and os.path.exists(folded):
+            with open(folded, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if args.filter:
+                text = filter_stacks(text, args.filter)
+            kinds = profile_kinds(args)
+            if objects is not None and os.path.exists(objects):
+                with open(objects, encoding="utf-8",
+                          errors="replace") as f:
+                    counted = f.read()
+                if args.filter:
+                    counted = filter_stacks(counted, args.filter)
+                kinds["extra"] = counted
+            elif "default_type" in kinds:
+                # No objects counted (pystack.py ended first): the bytes.
+                kinds["sample_types"] = kinds["sample_types"][:1]
+            write_profiles(args, text, **kinds)
         if not os.path.exists(output):
             # pystack.py failed before counting (said why, on stderr).
             return proc.returncode, ""
@@ -581,7 +660,7 @@ def alloc_command(args):
     function and file of the innermost Python frame, or per stack
     (--stacks), or folded."""
     options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
-               "arg2", *walker_options(args)]
+               "arg2", "--size", "arg1", *walker_options(args)]
     if args.live:
         options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
                     "arg0"]
@@ -765,6 +844,9 @@ def profile_command(args):
         text = filter_stacks(text, args.filter)
     if args.svg:
         draw(args.svg, text, "<profile>", "no samples", "CPU profile")
+    if args.native:
+        # pystack.py wrote them of the same stacks otherwise.
+        write_profiles(args, text, **profile_kinds(args))
     write(args, text)
     return status
 
@@ -907,6 +989,14 @@ def main(argv=None):
                              help="native stacks, with the Python functions "
                              "named (py::) in a process started with -X "
                              "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
+        if tool.name in PROFILE_KINDS:
+            sub.add_argument("--pprof", metavar="FILE",
+                             help="also write the %s as a gzipped pprof "
+                             "profile (go tool pprof, Pyroscope, Parca)"
+                             % PROFILE_KINDS[tool.name])
+            sub.add_argument("--speedscope", metavar="FILE",
+                             help="also write it as a speedscope file "
+                             "(https://www.speedscope.app)")
     args = parser.parse_args(argv)
     tool = BY_NAME[args.tool]
     if getattr(args, "verbose", False):
@@ -928,6 +1018,18 @@ def run_tool(tool, args):
     if tool.name == "list":
         from usdt import __main__ as lister
         return lister.main(["list", *args.rest])
+    for option in ("pprof", "speedscope"):
+        path = getattr(args, option, None)
+        if path:
+            # Refused now, not after the tracing.
+            try:
+                profiles.check_writable(path, "--" + option)
+            except profiles.Error as error:
+                raise Error(str(error)) from None
+    if tool.name == "latency" and (args.pprof or args.speedscope) and not (
+            args.folded or args.svg):
+        raise Error("--pprof and --speedscope write the wall time by call "
+                    "path: give them with --folded or --svg")
     args.binary = traced_binary()
     if args.pid is not None:
         check_pid(args.pid, args.binary)

@@ -39,6 +39,7 @@ stacks" in the same howto.
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -216,7 +217,7 @@ class Elf:
         raise Error("%s: address %#x is not in the file" % (self.path, vaddr))
 
 
-PT_LOAD, PT_TLS, PF_X, STT_TLS = 1, 7, 1, 6
+PT_LOAD, PT_DYNAMIC, PT_TLS, PF_X, STT_TLS = 1, 2, 7, 1, 6
 
 
 class Interpreter:
@@ -281,6 +282,7 @@ class Interpreter:
         self.tls_offset = self._tstate_tls_offset(elf, symbols)
         # Where a -c command is stopped before it finalizes (HOLD_CLAUSE).
         self.has_run_eval = "run_eval_code_obj" in symbols
+        self.debug_slot = self._debug_slot(elf)
 
     @staticmethod
     def _needed(elf):
@@ -295,6 +297,23 @@ class Interpreter:
             if tag == 1:  # DT_NEEDED
                 needed.append(elf._cstring(dynstr["offset"] + value))
         return needed
+
+    @staticmethod
+    def _debug_slot(elf):
+        """The address of the value of the DT_DEBUG entry in the dynamic
+        section, where the dynamic loader puts its r_debug; None if
+        there is none (a static executable)."""
+        dynamic = elf.section(".dynamic")
+        if dynamic is None:
+            return None
+        for i in range(dynamic["size"] // 16):
+            tag = struct.unpack_from("<q", elf.data,
+                                     dynamic["offset"] + 16 * i)[0]
+            if tag == 21:  # DT_DEBUG
+                return dynamic["addr"] + 16 * i + 8
+            if tag == 0:  # DT_NULL
+                break
+        return None
 
     @staticmethod
     def _tstate_tls_offset(elf, symbols):
@@ -349,10 +368,17 @@ PROGRAM = r"""
  *                                                  left out; regs 0: the
  *                                                  user registers were
  *                                                  not found)
- *   PYSTACK Z tid event status weight key         (0; 1: not this Python,
+ *   PYSTACK M tid time pid bias dynamic name      (--native, once per
+ *                                                  process: a library of
+ *                                                  the loader's list, its
+ *                                                  load bias and dynamic
+ *                                                  section; another
+ *                                                  program, below)
+ *   PYSTACK Z tid event status weight key size    (0; 1: not this Python,
  *                                                  2: no thread state;
  *                                                  weight: WEIGHT;
- *                                                  key: KEY)
+ *                                                  key: KEY;
+ *                                                  size: SIZE)
  *   PYSTACK R tid event key                       (a release: RELEASE)
  *   PYSTACK Y tid event pid        (-c: the command ran its main module,
  *                                   and stops until pystack.py has read
@@ -374,8 +400,8 @@ NATIVE
 	/* _PyRuntime in this process; its cookie says it is this interpreter */
 	$runtime = $task->mm->start_code - TEXT_VADDR + RUNTIME_VADDR;
 	if (*uptr((uint64 *)$runtime) != COOKIE) {
-		printf("PYSTACK Z %d %lu 1 %lu %lu\n", tid, $event,
-		       (uint64)(WEIGHT), (uint64)(KEY));
+		printf("PYSTACK Z %d %lu 1 %lu %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 		return;
 	}
 
@@ -413,8 +439,8 @@ NATIVE
 		$interp = *uptr((uint64 *)($interp + IS_NEXT));
 	}
 	if ($tstate == 0) {
-		printf("PYSTACK Z %d %lu 2 %lu %lu\n", tid, $event,
-		       (uint64)(WEIGHT), (uint64)(KEY));
+		printf("PYSTACK Z %d %lu 2 %lu %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 		return;
 	}
 
@@ -429,66 +455,113 @@ NATIVE
 	 * freed since and another allocated at its address is never taken
 	 * for it.  No strings and no location table here: pystack.py reads
 	 * them once per code object and decodes the line itself.  Four frames
-	 * per record and per iteration, branch-free (a missing frame reads as
-	 * 0s): a record costs more than the reads of a frame. */
+	 * per record and per iteration: a record costs more than the reads of
+	 * a frame.  No read past the last frame: a read that faults (at a
+	 * NULL frame's fields) costs about 4 us, ten times a frame's reads. */
 	$frame = *uptr((uint64 *)($tstate + TS_CURRENT_FRAME));
-	$cstack = ((uint64)(*uptr((uint8 *)($frame + FR_OWNER)) ^
-	    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
-	$top = $cstack;
-	$frame += $cstack * (*uptr((uint64 *)($frame + FR_PREVIOUS)) - $frame);
+	$top = (uint64)uptr(0);
+	if ($frame != 0 &&
+	    *uptr((uint8 *)($frame + FR_OWNER)) == FRAME_OWNED_BY_CSTACK) {
+		$top = (uint64)uptr(1);
+		$frame = *uptr((uint64 *)($frame + FR_PREVIOUS));
+	}
 	for ($batch : 0..FRAME_BATCHES) {
-		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
-		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
-		$f0 = $code;
-		$o0 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-		    ($code + CO_CODE_ADAPTIVE)) << 32) |
-		    *uptr((uint32 *)($code + CO_VERSION));
-		$l0 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) << 1) |
-		    $cstack;
-		$n0 = *uptr((uint64 *)($code + CO_NAME));
-		$frame = $previous + $cstack *
-		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
-		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
-		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
-		$f1 = $code;
-		$o1 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-		    ($code + CO_CODE_ADAPTIVE)) << 32) |
-		    *uptr((uint32 *)($code + CO_VERSION));
-		$l1 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) << 1) |
-		    $cstack;
-		$n1 = *uptr((uint64 *)($code + CO_NAME));
-		$frame = $previous + $cstack *
-		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
-		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
-		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
-		$f2 = $code;
-		$o2 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-		    ($code + CO_CODE_ADAPTIVE)) << 32) |
-		    *uptr((uint32 *)($code + CO_VERSION));
-		$l2 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) << 1) |
-		    $cstack;
-		$n2 = *uptr((uint64 *)($code + CO_NAME));
-		$frame = $previous + $cstack *
-		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
-		$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-		$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-		$cstack = ((uint64)(*uptr((uint8 *)($previous + FR_OWNER)) ^
-		    FRAME_OWNED_BY_CSTACK) - 1) >> 63;
-		$f3 = $code;
-		$o3 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-		    ($code + CO_CODE_ADAPTIVE)) << 32) |
-		    *uptr((uint32 *)($code + CO_VERSION));
-		$l3 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) << 1) |
-		    $cstack;
-		$n3 = *uptr((uint64 *)($code + CO_NAME));
-		$frame = $previous + $cstack *
-		    (*uptr((uint64 *)($previous + FR_PREVIOUS)) - $previous);
+		$f0 = (uint64)uptr(0);
+		$o0 = (uint64)uptr(0);
+		$l0 = (uint64)uptr(0);
+		$n0 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
+			$cstack = (uint64)uptr(0);
+			if ($previous != 0 &&
+			    *uptr((uint8 *)($previous + FR_OWNER)) ==
+			    FRAME_OWNED_BY_CSTACK) {
+				$cstack = (uint64)uptr(1);
+				$previous = *uptr((uint64 *)($previous +
+				    FR_PREVIOUS));
+			}
+			$f0 = $code;
+			$o0 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
+			    ($code + CO_CODE_ADAPTIVE)) << 32) |
+			    *uptr((uint32 *)($code + CO_VERSION));
+			$l0 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
+			    1) | $cstack;
+			$n0 = *uptr((uint64 *)($code + CO_NAME));
+			$frame = $previous;
+		}
+		$f1 = (uint64)uptr(0);
+		$o1 = (uint64)uptr(0);
+		$l1 = (uint64)uptr(0);
+		$n1 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
+			$cstack = (uint64)uptr(0);
+			if ($previous != 0 &&
+			    *uptr((uint8 *)($previous + FR_OWNER)) ==
+			    FRAME_OWNED_BY_CSTACK) {
+				$cstack = (uint64)uptr(1);
+				$previous = *uptr((uint64 *)($previous +
+				    FR_PREVIOUS));
+			}
+			$f1 = $code;
+			$o1 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
+			    ($code + CO_CODE_ADAPTIVE)) << 32) |
+			    *uptr((uint32 *)($code + CO_VERSION));
+			$l1 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
+			    1) | $cstack;
+			$n1 = *uptr((uint64 *)($code + CO_NAME));
+			$frame = $previous;
+		}
+		$f2 = (uint64)uptr(0);
+		$o2 = (uint64)uptr(0);
+		$l2 = (uint64)uptr(0);
+		$n2 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
+			$cstack = (uint64)uptr(0);
+			if ($previous != 0 &&
+			    *uptr((uint8 *)($previous + FR_OWNER)) ==
+			    FRAME_OWNED_BY_CSTACK) {
+				$cstack = (uint64)uptr(1);
+				$previous = *uptr((uint64 *)($previous +
+				    FR_PREVIOUS));
+			}
+			$f2 = $code;
+			$o2 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
+			    ($code + CO_CODE_ADAPTIVE)) << 32) |
+			    *uptr((uint32 *)($code + CO_VERSION));
+			$l2 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
+			    1) | $cstack;
+			$n2 = *uptr((uint64 *)($code + CO_NAME));
+			$frame = $previous;
+		}
+		$f3 = (uint64)uptr(0);
+		$o3 = (uint64)uptr(0);
+		$l3 = (uint64)uptr(0);
+		$n3 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
+			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
+			$cstack = (uint64)uptr(0);
+			if ($previous != 0 &&
+			    *uptr((uint8 *)($previous + FR_OWNER)) ==
+			    FRAME_OWNED_BY_CSTACK) {
+				$cstack = (uint64)uptr(1);
+				$previous = *uptr((uint64 *)($previous +
+				    FR_PREVIOUS));
+			}
+			$f3 = $code;
+			$o3 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
+			    ($code + CO_CODE_ADAPTIVE)) << 32) |
+			    *uptr((uint32 *)($code + CO_VERSION));
+			$l3 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
+			    1) | $cstack;
+			$n3 = *uptr((uint64 *)($code + CO_NAME));
+			$frame = $previous;
+		}
 		printf("PYSTACK F %d %lu %d %d %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx\n",
 		       tid, $event, pid, $batch, $f0, $o0, $l0, $n0, $f1, $o1, $l1, $n1, $f2, $o2,
 		       $l2, $n2, $f3, $o3, $l3, $n3);
@@ -499,8 +572,8 @@ NATIVE
 	$more = (($frame - 1) >> 63) ^ 1;
 	printf("PYSTACK D %d %lu %d %d %d\n", tid, $event, MAX_DEPTH, $more,
 	       $top);
-	printf("PYSTACK Z %d %lu 0 %lu %lu\n", tid, $event,
-	       (uint64)(WEIGHT), (uint64)(KEY));
+	printf("PYSTACK Z %d %lu 0 %lu %lu %lu\n", tid, $event,
+	       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
 }
 """
 
@@ -546,6 +619,11 @@ def macros(interp, args):
                        "records of 8 native frames, at most"))
         values.append(("THREAD_SIZE", THREAD_SIZE,
                        "the x86-64 kernel stack (without KASAN)"))
+        if interp.debug_slot is not None:
+            values.append(("DT_DEBUG_VADDR", "0x%x" % interp.debug_slot,
+                           "the value of the DT_DEBUG entry: r_debug"))
+            values.append(("MAX_LIBRARIES", MAX_LIBRARIES,
+                           "libraries listed per process"))
     lines = []
     for name, value, comment in values:
         line = "#define %-22s %s" % (name, value)
@@ -563,7 +641,9 @@ NATIVE_WALK = r"""
 	 * its return address.  A frame pointer that does not grow ends the
 	 * walk after its return address (a function without frame pointers
 	 * left another value in rbp); a read that fails gives 0, which ends
-	 * it too.  8 addresses per record, branch-free.  kptr(): kernel
+	 * it too.  8 addresses per record.  No read at a frame pointer
+	 * below 64 KiB (0 ends the walk; a small number is not an
+	 * address): a read that faults costs about 4 us.  kptr(): kernel
 	 * memory, which bpftrace 0.27 would otherwise read as the user's in
 	 * a uprobe (a USDT marker), getting 0s. */
 	$regs = kptr((struct pt_regs *)((uint64)$task->stack + THREAD_SIZE -
@@ -573,28 +653,60 @@ NATIVE_WALK = r"""
 	$bp = (uint64)uptr($regs->bp) * $user;
 	for ($batch : 0..NATIVE_BATCHES) {
 		$a0 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a1 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a2 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a3 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a4 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a5 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a6 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		$a7 = $ip;
-		$ip = *uptr((uint64 *)($bp + 8)); $next = *uptr((uint64 *)$bp);
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
 		$bp = $next * ((($bp - $next) >> 63) & 1);
 		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
 		       tid, $event, $batch, $a0, $a1, $a2, $a3, $a4, $a5, $a6,
@@ -622,6 +734,46 @@ uretprobe:INTERPRETER_PATH:run_eval_code_obj
 """
 
 
+# With --native: the libraries of each process, from the dynamic loader's
+# list (what debuggers read: r_debug, which the loader puts in the
+# interpreter's DT_DEBUG entry), once per process, at its first hit.
+# The tool names native frames from each process's mappings, read while
+# it runs; a short command (-c) may end before a read finds its
+# libraries, and this list is then where their addresses are.  Its own
+# program, so that the stack walk's verification is unchanged.
+LINKED_CLAUSE = r"""
+PROBES
+FILTER
+{
+	$linked_runtime = ((struct task_struct *)curtask)->mm->start_code -
+	    TEXT_VADDR + RUNTIME_VADDR;
+	if (@pystack_linked[pid] == 0 &&
+	    *uptr((uint64 *)$linked_runtime) == COOKIE) {
+		@pystack_linked[pid] = 1;
+		/* r_debug.r_map; each link_map: l_addr (the load bias), l_name,
+		 * l_ld (its dynamic section), l_next */
+		$lm = *uptr((uint64 *)(*uptr((uint64 *)($linked_runtime -
+		    RUNTIME_VADDR + DT_DEBUG_VADDR)) + 8));
+		for ($library : 0..MAX_LIBRARIES) {
+			if ($lm == 0) {
+				break;
+			}
+			printf("PYSTACK M %d %lu %d %lx %lx %s\n", tid, nsecs, pid,
+			       *uptr((uint64 *)$lm), *uptr((uint64 *)($lm + 16)),
+			       str(uptr(*uptr((uint64 *)($lm + 8)))));
+			$lm = *uptr((uint64 *)($lm + 24));
+		}
+	}
+}
+
+END
+{
+	clear(@pystack_linked);
+}
+"""
+MAX_LIBRARIES = 64
+
+
 # With --live: the hits of another probe that release a key.
 RELEASE_CLAUSE = r"""
 RELEASE_PROBE
@@ -644,10 +796,13 @@ def program(interp, args, probes, runner=None):
         predicate.append("pid == cpid")
     if args.filter:
         predicate.append("(%s)" % args.filter)
+    # The probes and their predicate, for the stack walk's clause and
+    # the loader list's.
+    probe_lines = ",\n".join(probes) + "\n"
+    where = "/%s/\n" % " && ".join(predicate) if predicate else ""
     text = PROGRAM.lstrip("\n")
-    text = text.replace("PROBES\n", ",\n".join(probes) + "\n", 1)
-    text = text.replace("FILTER\n", "/%s/\n" % " && ".join(predicate)
-                        if predicate else "", 1)
+    text = text.replace("PROBES\n", probe_lines, 1)
+    text = text.replace("FILTER\n", where, 1)
     text = text.replace("MACROS", macros(interp, args), 1)
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
@@ -655,7 +810,13 @@ def program(interp, args, probes, runner=None):
     if getattr(args, "native", False):
         native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
+    if native and interp.debug_slot is not None:
+        text += LINKED_CLAUSE.replace("PROBES\n", probe_lines, 1).replace(
+            "FILTER\n", where, 1)
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
+    size = getattr(args, "size", None) or "0"
+    text = text.replace("(SIZE)", "(%s)" % size)
+    text = text.replace("size: SIZE)", "size: %s)" % size, 1)
     text = text.replace("weight: WEIGHT;", "weight: %s;" % args.weight, 1)
     key = args.live[0] if args.live else "0"
     text = text.replace("(KEY)", "(%s)" % key)
@@ -964,7 +1125,7 @@ def frame_keys(fields):
 
 
 def parse(lines, codes, symbolizer=None, max_native=None,
-          live=False):
+          live=False, objects=None):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
@@ -978,6 +1139,12 @@ def parse(lines, codes, symbolizer=None, max_native=None,
     With *live*, only the hits whose key no release (R record) took since
     count: the records are replayed in the order of their times, which
     bpftrace's per-CPU buffers do not keep.
+
+    With *objects* (a Counter), the objects that each stack's hits stand
+    for are added to it: a hit of weight W and size S (--size) stands
+    for W / S objects (otel_memory:alloc: W bytes estimated of
+    allocations of S bytes, so W / S allocations; a size of 0 counts as
+    1 byte), a float.
     """
     events = {}
     stacks = collections.Counter()
@@ -992,12 +1159,23 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             codes.load(line.rstrip("\n").split(" ", 7))
 
     def count(stack, weight, fields):
+        # Records of a program without a size (older, saved) have none.
+        number = (weight / max(int(fields[7]), 1) if len(fields) > 7
+                  else 0)
         if not live:
             stacks[stack] += weight
+            if objects is not None:
+                objects[stack] += number
             return
         key = int(fields[6]) if len(fields) > 6 else 0
-        timeline.append((int(fields[3]), 0, key, stack, weight))
+        timeline.append((int(fields[3]), 0, key, stack, weight, number))
 
+    if symbolizer is not None:
+        for line in lines:
+            if line.startswith(RECORD + " M "):
+                fields = line.rstrip("\n").split(" ", 7)
+                symbolizer.linked(int(fields[4]), int(fields[5], 16),
+                                  int(fields[6], 16), fields[7])
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -1010,7 +1188,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
-        if kind in ("C", "Y"):
+        if kind in ("C", "Y", "M"):
             continue
         if kind == "R":
             timeline.append((int(fields[3]), 1, int(fields[4])))
@@ -1067,8 +1245,10 @@ def parse(lines, codes, symbolizer=None, max_native=None,
                 held[item[2]] = item[3:]
             else:
                 held.pop(item[2], None)
-        for stack, weight in held.values():
+        for stack, weight, number in held.values():
             stacks[stack] += weight
+            if objects is not None:
+                objects[stack] += number
     return stacks, notes
 
 
@@ -1168,9 +1348,10 @@ def native_frames(event, symbolizer, notes, max_native):
                 return frames
         if found is None:
             found = UNKNOWN, UNKNOWN
-            notes["native frames not named (mapped after the tool last "
-                  "read the process's mappings, or --read without "
-                  "them)"] += 1
+            notes["native frames not named (in a library loaded after "
+                  "the process's first hit and mapped after the tool last "
+                  "read its mappings, or with --read, from another "
+                  "root)"] += 1
         frames.append(NativeFrame(*found))
     cut = event.native_more or (
         max_native and event.addresses.get(max_native, 0) != 0)
@@ -1282,6 +1463,35 @@ class Symbolizer:
         # this process's (a chroot, a container), held open: its own
         # /usr/lib/debug has its libraries' debug files.
         self.roots = {}
+        # pid: [(start, end, offset, name)] of the executable segments of
+        # its libraries, from the dynamic loader's list (M records), as
+        # self.maps has them: for addresses that no read of its mappings
+        # holds.  Where each file is read goes to self.files.
+        self.libraries = {}
+
+    def linked(self, pid, bias, dynamic, name):
+        """Library *name* of process pid, loaded at *bias*, its dynamic
+        section at *dynamic*, as the loader's list gives it.  Its file is
+        read in the process's root (held open by a read of its mappings,
+        else this process's root), and only if its dynamic section is at
+        the same place: another file of the same name (another root's
+        libc) is not taken for it."""
+        if not name.startswith("/"):
+            return  # the executable (""), the vDSO
+        where = self.roots.get(pid, "") + name
+        try:
+            elf = Elf(where)
+        except (OSError, Error):
+            return
+        if not any(ptype == PT_DYNAMIC and bias + vaddr == dynamic
+                   for ptype, _, _, vaddr, _, _, _, _ in elf.segments):
+            return
+        # A read of the mappings that found the file knows it better.
+        self.files.setdefault((pid, name), (None, where))
+        for ptype, flags, offset, vaddr, _, _, memsz, _ in elf.segments:
+            if ptype == PT_LOAD and flags & PF_X:
+                self.libraries.setdefault(pid, []).append(
+                    (bias + vaddr, bias + vaddr + memsz, offset, name))
 
     def read_after(self, pid, time_ns):
         """Whether the mappings of pid were read after a hit at time_ns:
@@ -1378,7 +1588,8 @@ class Symbolizer:
                    for _, _, _, path in self.maps.get(pid, ()))
 
     def lookup(self, pid, address, bias=None):
-        for start, end, offset, path in self.maps.get(pid, ()):
+        for start, end, offset, path in itertools.chain(
+                self.maps.get(pid, ()), self.libraries.get(pid, ())):
             if start <= address < end:
                 if not path.startswith("/"):
                     return self._perf_map(pid, address), path or "[anon]"
@@ -1536,9 +1747,12 @@ def print_json(stacks, out):
 
 
 def report(lines, args, out, codes, symbolizer=None):
+    objects = (collections.Counter()
+               if getattr(args, "also_folded_objects", None) else None)
     stacks, notes = parse(lines, codes, symbolizer,
                           getattr(args, "max_native", None),
-                          live=bool(getattr(args, "live", None)))
+                          live=bool(getattr(args, "live", None)),
+                          objects=objects)
     native = getattr(args, "native", False) or any(
         isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:
@@ -1547,6 +1761,15 @@ def report(lines, args, out, codes, symbolizer=None):
         print_json(stacks, out)
     else:
         print_counts(stacks, out, native)
+    if getattr(args, "also_folded", None):
+        with open(args.also_folded, "w", encoding="utf-8") as f:
+            print_folded(stacks, f, native)
+    if objects is not None:
+        # Each stack's estimate, rounded, for every stack the counts have
+        # (0 where its hits stand for less than half an object).
+        with open(args.also_folded_objects, "w", encoding="utf-8") as f:
+            print_folded({stack: round(objects[stack]) for stack in stacks},
+                         f, native)
     for note, count in sorted(notes.items()):
         sys.stderr.write("pystack: %d %s\n" % (count, note))
 
@@ -2023,6 +2246,12 @@ def main(argv=None):
                              "bpftrace expression of the probe, e.g. arg2 "
                              "(the weight of otel_memory:alloc, bytes); "
                              "default 1")
+    parser.add_argument("--size", metavar="EXPR",
+                        help="the size in bytes of what a hit samples, a "
+                             "bpftrace expression of the probe (arg1 of "
+                             "otel_memory:alloc): with --weight in bytes, "
+                             "a hit stands for weight / size objects, "
+                             "which --also-folded-objects writes")
     parser.add_argument("--live", nargs=3,
                         metavar=("KEY", "RELEASE", "RELEASE_KEY"),
                         help="count only the hits still held at the end: "
@@ -2082,6 +2311,14 @@ def main(argv=None):
     parser.add_argument("--output", metavar="FILE",
                         help="write the counts to FILE (the output of the "
                         "-c command stays on stdout)")
+    parser.add_argument("--also-folded-objects", metavar="FILE",
+                        help="with --size: also write each stack's "
+                        "estimated objects (the sum of weight / size of "
+                        "its hits, rounded), folded, to FILE")
+    parser.add_argument("--also-folded", metavar="FILE",
+                        help="also write the same stacks, folded, to FILE "
+                        "(what usdt.tools makes pprof and speedscope "
+                        "files of)")
     args = parser.parse_args(argv)
     if args.verbose:
         _bpftrace.set_verbose()
@@ -2098,6 +2335,8 @@ def main(argv=None):
             return 0
         if not args.probe:
             parser.error("--probe is required")
+        if args.also_folded_objects and not args.size:
+            parser.error("--also-folded-objects needs --size")
         if not 1 <= args.max_depth <= 512:
             parser.error("--max-depth must be 1 to 512")
         if not 1 <= args.max_native <= 1024:
