@@ -391,32 +391,31 @@ class PystackTest(unittest.TestCase):
         self.assertEqual(expected[churn], 1)
         with open(records) as f:
             lines = f.readlines()
-        # PYSTACK C pid code firstlineno version name [name, filename,
-        # table]
+        # PYSTACK C pid code version [name, filename, firstlineno, table]
         names = {}
         for line in lines:
             if line.startswith("PYSTACK C "):
-                fields = line.split(" ", 7)
-                names[int(fields[3], 16)] = json.loads(fields[7])[0]
+                fields = line.split(" ", 5)
+                names[int(fields[3], 16)] = json.loads(fields[5])[0]
         self.assertIn("Objects.churn", names.values())
         hits = collections.defaultdict(list)
         for line in lines:
             if line.startswith("PYSTACK ") and line.split(" ")[1] != "C":
                 fields = line.split(" ")
                 hits[(fields[2], fields[3])].append(fields)
-        # PYSTACK F tid event pid batch, then code offset:version
-        # firstlineno:entry name for frames 4 * batch to 4 * batch + 3:
-        # frame 1's code object is field 10.
+        # PYSTACK F tid event pid batch, then code and word (offset,
+        # entry, version) for frames 8 * batch to 8 * batch + 7: frame 1's
+        # code object is field 8.
         keys = [key for key, fields in hits.items()
                 if any(f[1] == "F" and f[5] == "0" and
-                       names.get(int(f[10], 16)) == "Objects.churn"
+                       names.get(int(f[8], 16)) == "Objects.churn"
                        for f in fields)]
         self.assertEqual(len(keys), 1, keys)
         copy = []
         for fields in hits[keys[0]]:
             fields = list(fields)
             if fields[1] == "F" and fields[5] == "0":
-                fields[10] = "1"
+                fields[8] = "1"
             fields[3] = "1" + fields[3]
             copy.append(" ".join(fields))
         gone_before = self.gone_count(run([TOOL_PYTHON, TOOL, "--read",

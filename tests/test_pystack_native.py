@@ -693,19 +693,19 @@ class MergeTest(unittest.TestCase):
         # Frame d: code object 0x100 + d, version 7, first line d + 1,
         # whose location table's one entry (kind 13, line delta 0) covers
         # 8 code units; its code object as a saved run keeps it (C
-        # record).  F records hold 4 frames (code 0: none).
+        # record).  F records hold 8 frames (code 0: none), each its code
+        # object and a word: offset << 33 | entry << 32 | version.
         words = []
         for depth, name in enumerate(frames):
             entry = int(depth in entries)
-            words.append("%x 7 %x a" % (0x100 + depth,
-                                        (depth + 1) << 1 | entry))
-            lines.append("PYSTACK C 1 %x %d 7 a %s\n"
-                         % (0x100 + depth, depth + 1,
-                            json.dumps([name, "f.py", "ef00"])))
-        words += ["0 0 0 0"] * (-len(words) % 4 or 4)
-        for batch in range(len(words) // 4):
+            words.append("%x %x" % (0x100 + depth, entry << 32 | 7))
+            lines.append("PYSTACK C 1 %x 7 %s\n"
+                         % (0x100 + depth,
+                            json.dumps([name, "f.py", depth + 1, "ef00"])))
+        words += ["0 0"] * (-len(words) % 8 or 8)
+        for batch in range(len(words) // 8):
             lines.append("PYSTACK F 1 9 1 %d %s\n"
-                         % (batch, " ".join(words[4 * batch:4 * batch + 4])))
+                         % (batch, " ".join(words[8 * batch:8 * batch + 8])))
         lines.append("PYSTACK D 1 9 64 %d 0\n" % more)
         lines.append("PYSTACK Z 1 9 0\n")
         return lines

@@ -346,15 +346,13 @@ PROGRAM = r"""
  *
  * Prints records, which pystack.py --read FILE turns into counts; a hit
  * is identified by its thread id and the time it began ("event"):
- *   PYSTACK F tid event pid batch (code offset:version
- *             firstlineno:entry name) * 4    (frames 4 * batch to
- *                                         4 * batch + 3, in hex: the
- *                                         code object's address; the
- *                                         instruction's offset in bytes
- *                                         << 32 | co_version; its
- *                                         co_firstlineno << 1 | entry;
- *                                         NAME's address.  Code 0: no
- *                                         frame)
+ *   PYSTACK F tid event pid batch (code word) * 8  (frames 8 * batch
+ *                                          to 8 * batch + 7, in hex:
+ *                                          the code object's address,
+ *                                          and the instruction's offset
+ *                                          in bytes << 33 | entry << 32
+ *                                          | co_version.  Code 0: no
+ *                                          frame)
  *   PYSTACK D tid event max more top       (more: frames left out; the
  *                                          stack is the first max of
  *                                          the F records' frames)
@@ -391,6 +389,7 @@ PROGRAM = r"""
  */
 MACROS
 
+STRUCTS
 PROBES
 FILTER
 {
@@ -446,125 +445,193 @@ NATIVE
 
 	/* The frames, innermost first, skipping the frames that the C stack
 	 * owns (the interpreter's entry frames; never two in a row): per
-	 * frame its code object's address; the offset of its instruction in
-	 * bytes (what PyCode_Addr2Line takes) and the code object's
-	 * co_version, a number the interpreter gives each code object it
-	 * creates; its co_firstlineno and whether the frame before it is an
-	 * entry frame; and its name's address.  pystack.py compares the last
-	 * three with what it reads from the process, so that a code object
-	 * freed since and another allocated at its address is never taken
-	 * for it.  No strings and no location table here: pystack.py reads
-	 * them once per code object and decodes the line itself.  Four frames
-	 * per record and per iteration: a record costs more than the reads of
-	 * a frame.  No read past the last frame: a read that faults (at a
-	 * NULL frame's fields) costs about 4 us, ten times a frame's reads. */
+	 * frame its code object's address, the offset of its instruction in
+	 * bytes (what PyCode_Addr2Line takes), whether the frame before it is
+	 * an entry frame, and the code object's co_version.  The interpreter
+	 * numbers the code objects it creates, so that pystack.py, which
+	 * reads the code object at that address later, takes it only if its
+	 * co_version is the record's: a code object freed since, and another
+	 * created at its address, is never taken for it.  No strings and no
+	 * location table here: pystack.py reads them once per code object
+	 * and decodes the line itself.
+	 *
+	 * What it costs (bpf_stats, docs/whole-stacks.md): two reads per
+	 * frame, its header in one (struct pystack_frame) and co_version;
+	 * eight frames per record, for a record costs more than a frame's
+	 * reads; and no read past the last frame, for a read that faults
+	 * (at a NULL frame's fields) costs about 4 us, as much as 40 frames. */
 	$frame = *uptr((uint64 *)($tstate + TS_CURRENT_FRAME));
+	if ($frame == 0) {
+		printf("PYSTACK D %d %lu %d 0 0\n", tid, $event, MAX_DEPTH);
+		printf("PYSTACK Z %d %lu 0 %lu %lu %lu\n", tid, $event,
+		       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
+		return;
+	}
+	$h = *uptr((struct pystack_frame *)$frame);
 	$top = (uint64)uptr(0);
-	if ($frame != 0 &&
-	    *uptr((uint8 *)($frame + FR_OWNER)) == FRAME_OWNED_BY_CSTACK) {
+	if ($h.owner == FRAME_OWNED_BY_CSTACK) {
 		$top = (uint64)uptr(1);
-		$frame = *uptr((uint64 *)($frame + FR_PREVIOUS));
+		$frame = $h.previous;
+		if ($frame != 0) {
+			$h = *uptr((struct pystack_frame *)$frame);
+		}
 	}
 	for ($batch : 0..FRAME_BATCHES) {
 		$f0 = (uint64)uptr(0);
-		$o0 = (uint64)uptr(0);
-		$l0 = (uint64)uptr(0);
-		$n0 = (uint64)uptr(0);
+		$w0 = (uint64)uptr(0);
 		if ($frame != 0) {
-			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-			$cstack = (uint64)uptr(0);
-			if ($previous != 0 &&
-			    *uptr((uint8 *)($previous + FR_OWNER)) ==
-			    FRAME_OWNED_BY_CSTACK) {
-				$cstack = (uint64)uptr(1);
-				$previous = *uptr((uint64 *)($previous +
-				    FR_PREVIOUS));
-			}
+			$code = $h.executable;
 			$f0 = $code;
-			$o0 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-			    ($code + CO_CODE_ADAPTIVE)) << 32) |
-			    *uptr((uint32 *)($code + CO_VERSION));
-			$l0 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
-			    1) | $cstack;
-			$n0 = *uptr((uint64 *)($code + CO_NAME));
-			$frame = $previous;
+			$w0 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w0 = $w0 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
 		}
 		$f1 = (uint64)uptr(0);
-		$o1 = (uint64)uptr(0);
-		$l1 = (uint64)uptr(0);
-		$n1 = (uint64)uptr(0);
+		$w1 = (uint64)uptr(0);
 		if ($frame != 0) {
-			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-			$cstack = (uint64)uptr(0);
-			if ($previous != 0 &&
-			    *uptr((uint8 *)($previous + FR_OWNER)) ==
-			    FRAME_OWNED_BY_CSTACK) {
-				$cstack = (uint64)uptr(1);
-				$previous = *uptr((uint64 *)($previous +
-				    FR_PREVIOUS));
-			}
+			$code = $h.executable;
 			$f1 = $code;
-			$o1 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-			    ($code + CO_CODE_ADAPTIVE)) << 32) |
-			    *uptr((uint32 *)($code + CO_VERSION));
-			$l1 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
-			    1) | $cstack;
-			$n1 = *uptr((uint64 *)($code + CO_NAME));
-			$frame = $previous;
+			$w1 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w1 = $w1 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
 		}
 		$f2 = (uint64)uptr(0);
-		$o2 = (uint64)uptr(0);
-		$l2 = (uint64)uptr(0);
-		$n2 = (uint64)uptr(0);
+		$w2 = (uint64)uptr(0);
 		if ($frame != 0) {
-			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-			$cstack = (uint64)uptr(0);
-			if ($previous != 0 &&
-			    *uptr((uint8 *)($previous + FR_OWNER)) ==
-			    FRAME_OWNED_BY_CSTACK) {
-				$cstack = (uint64)uptr(1);
-				$previous = *uptr((uint64 *)($previous +
-				    FR_PREVIOUS));
-			}
+			$code = $h.executable;
 			$f2 = $code;
-			$o2 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-			    ($code + CO_CODE_ADAPTIVE)) << 32) |
-			    *uptr((uint32 *)($code + CO_VERSION));
-			$l2 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
-			    1) | $cstack;
-			$n2 = *uptr((uint64 *)($code + CO_NAME));
-			$frame = $previous;
+			$w2 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w2 = $w2 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
 		}
 		$f3 = (uint64)uptr(0);
-		$o3 = (uint64)uptr(0);
-		$l3 = (uint64)uptr(0);
-		$n3 = (uint64)uptr(0);
+		$w3 = (uint64)uptr(0);
 		if ($frame != 0) {
-			$code = *uptr((uint64 *)($frame + FR_EXECUTABLE));
-			$previous = *uptr((uint64 *)($frame + FR_PREVIOUS));
-			$cstack = (uint64)uptr(0);
-			if ($previous != 0 &&
-			    *uptr((uint8 *)($previous + FR_OWNER)) ==
-			    FRAME_OWNED_BY_CSTACK) {
-				$cstack = (uint64)uptr(1);
-				$previous = *uptr((uint64 *)($previous +
-				    FR_PREVIOUS));
-			}
+			$code = $h.executable;
 			$f3 = $code;
-			$o3 = ((*uptr((uint64 *)($frame + FR_INSTR_PTR)) -
-			    ($code + CO_CODE_ADAPTIVE)) << 32) |
-			    *uptr((uint32 *)($code + CO_VERSION));
-			$l3 = ((uint64)*uptr((uint32 *)($code + CO_FIRSTLINENO)) <<
-			    1) | $cstack;
-			$n3 = *uptr((uint64 *)($code + CO_NAME));
-			$frame = $previous;
+			$w3 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w3 = $w3 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
+		}
+		$f4 = (uint64)uptr(0);
+		$w4 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = $h.executable;
+			$f4 = $code;
+			$w4 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w4 = $w4 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
+		}
+		$f5 = (uint64)uptr(0);
+		$w5 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = $h.executable;
+			$f5 = $code;
+			$w5 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w5 = $w5 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
+		}
+		$f6 = (uint64)uptr(0);
+		$w6 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = $h.executable;
+			$f6 = $code;
+			$w6 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w6 = $w6 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
+		}
+		$f7 = (uint64)uptr(0);
+		$w7 = (uint64)uptr(0);
+		if ($frame != 0) {
+			$code = $h.executable;
+			$f7 = $code;
+			$w7 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
+			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
+			$frame = $h.previous;
+			if ($frame != 0) {
+				$h = *uptr((struct pystack_frame *)$frame);
+				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
+					$w7 = $w7 | 0x100000000;
+					$frame = $h.previous;
+					if ($frame != 0) {
+						$h = *uptr((struct pystack_frame *)$frame);
+					}
+				}
+			}
 		}
 		printf("PYSTACK F %d %lu %d %d %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx\n",
-		       tid, $event, pid, $batch, $f0, $o0, $l0, $n0, $f1, $o1, $l1, $n1, $f2, $o2,
-		       $l2, $n2, $f3, $o3, $l3, $n3);
+		       tid, $event, pid, $batch, $f0, $w0, $f1, $w1, $f2, $w2, $f3,
+		       $w3, $f4, $w4, $f5, $w5, $f6, $w6, $f7, $w7);
 		if ($frame == 0) {
 			break;
 		}
@@ -601,16 +668,12 @@ def macros(interp, args):
         ("FR_OWNER", o["interpreter_frame.owner"], ""),
         ("FRAME_OWNED_BY_CSTACK", FRAME_OWNED_BY_CSTACK[interp.series],
          "Include/internal/pycore_frame.h"),
-        ("CO_NAME", o["code_object.name" if args.co_name
-                      else "code_object.qualname"],
-         "co_name" if args.co_name else "co_qualname"),
-        ("CO_FIRSTLINENO", o["code_object.firstlineno"], ""),
         ("CO_VERSION", interp.co_version, "co_version (not in "
          "_Py_DebugOffsets)"),
         ("CO_CODE_ADAPTIVE", o["code_object.co_code_adaptive"], ""),
         ("MAX_DEPTH", args.max_depth, "frames printed"),
-        ("FRAME_BATCHES", -(-args.max_depth // 4),
-         "records of 4 frames, at most"),
+        ("FRAME_BATCHES", -(-args.max_depth // 8),
+         "records of 8 frames, at most"),
         ("MAX_INTERPRETERS", 8, ""),
         ("MAX_THREADS", args.max_threads, "thread states per interpreter"),
     ]
@@ -632,6 +695,31 @@ def macros(interp, args):
         lines.append(line)
     return "\n".join(lines)
 
+
+def structs(interp):
+    """The C declaration of struct pystack_frame: the fields of an
+    interpreter frame that the program reads, at their offsets
+    (_Py_DebugOffsets), with padding between, so that one read takes the
+    whole header."""
+    o = interp.offsets
+    fields = sorted([
+        (o["interpreter_frame.executable"], 8, "unsigned long", "executable"),
+        (o["interpreter_frame.previous"], 8, "unsigned long", "previous"),
+        (o["interpreter_frame.instr_ptr"], 8, "unsigned long", "instr_ptr"),
+        (o["interpreter_frame.owner"], 1, "unsigned char", "owner"),
+    ])
+    lines = ["/* the fields of _PyInterpreterFrame that the program reads */",
+             "struct pystack_frame {"]
+    at = 0
+    for offset, size, ctype, name in fields:
+        if offset < at:
+            raise Error("%s: interpreter frame fields overlap" % interp.path)
+        if offset > at:
+            lines.append("\tchar _pad%d[%d];" % (at, offset - at))
+        lines.append("\t%s %s;" % (ctype, name))
+        at = offset + size
+    lines.append("};")
+    return "\n".join(lines) + "\n\n"
 
 NATIVE_WALK = r"""
 	/* The native stack, from the frame pointers: the user registers
@@ -804,6 +892,7 @@ def program(interp, args, probes, runner=None):
     text = text.replace("PROBES\n", probe_lines, 1)
     text = text.replace("FILTER\n", where, 1)
     text = text.replace("MACROS", macros(interp, args), 1)
+    text = text.replace("STRUCTS\n", structs(interp), 1)
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     native = ""
@@ -926,13 +1015,14 @@ class CodeReader:
     """The names, files and location tables of the code objects that the
     program's F records name, read from the traced processes' memory
     (/proc/PID/mem, as root) once per code object and cached per (pid,
-    address, the three fields the record gives).  A code object is read
-    only if its fields still hold the values the record gives, and
-    co_version is a number the interpreter gives each code object it
-    creates: an address freed and reused by another code object since the
-    sample (whose name and table may well be at the same addresses as
-    the first one's, for the allocator reuses a freed block first) then
-    reads as CODE_GONE, never as the other one's name."""
+    address, co_version).  A code object is read only if it is alive and
+    its co_version is the record's: the interpreter numbers the code
+    objects it creates (from 1; 0 once 2**32 have been created, which
+    this never takes), so that an address freed and reused by another
+    code object since the sample (whose name and table may well be at
+    the same addresses as the first one's, for the allocator reuses a
+    freed block first) reads as CODE_GONE, never as the other one's
+    name."""
 
     # Past these, a field read is not a name or a table (a bad address).
     MAX_STRING = 1 << 20
@@ -946,8 +1036,8 @@ class CodeReader:
         self.name_field = "code_object.name" if co_name else (
             "code_object.qualname")
         self.strlen = strlen
-        # (pid, code, firstlineno, version, name):
-        # (name, filename, firstlineno, table), or None: not that object.
+        # (pid, code, version): (name, filename, firstlineno, table), or
+        # None: not that object.
         self.codes = {}
         self.files = {}
         self.reads = 0
@@ -1029,9 +1119,9 @@ class CodeReader:
         return "..." + raw[-(self.strlen - 1):].decode("utf-8", "replace")
 
     def resolve(self, pid, key):
-        """Read the code object of *key* (code, firstlineno, version,
-        name) in process pid unless known.  False when the
-        process's memory could not be read (try again while it lives)."""
+        """Read the code object of *key* (code, version) in process pid
+        unless known.  False when the process's memory could not be read
+        (try again while it lives)."""
         full = (pid,) + key
         if full in self.codes:
             return True
@@ -1039,24 +1129,23 @@ class CodeReader:
         if f is None:
             return False
         start = time.thread_time_ns()
-        code, firstlineno, version, name = key
+        code, version = key
         o = self.o
         try:
-            fields = [(o["code_object.firstlineno"], "<i", firstlineno),
-                      (self.co_version, "<I", version),
-                      (o[self.name_field], "<Q", name)]
             raw = self._read(f, code, max(
                 at + 8 for at in (o["code_object.linetable"],
                                   o["code_object.filename"],
+                                  o["code_object.firstlineno"],
                                   o[self.name_field])))
             found = None
-            if self.alive(raw) and all(
-                    struct.unpack_from(fmt, raw, at)[0] == want
-                    for at, fmt, want in fields):
-                filename, = struct.unpack_from(
-                    "<Q", raw, o["code_object.filename"])
-                linetable, = struct.unpack_from(
-                    "<Q", raw, o["code_object.linetable"])
+            if (version != 0 and self.alive(raw) and struct.unpack_from(
+                    "<I", raw, self.co_version)[0] == version):
+                name, filename, linetable = (
+                    struct.unpack_from("<Q", raw, o[field])[0]
+                    for field in (self.name_field, "code_object.filename",
+                                  "code_object.linetable"))
+                firstlineno, = struct.unpack_from(
+                    "<i", raw, o["code_object.firstlineno"])
                 found = (self._string(f, name), self._string(f, filename),
                          firstlineno, self._bytes(f, linetable))
                 # Read again: the object must not have been freed while
@@ -1093,35 +1182,31 @@ class CodeReader:
         for full, found in sorted(self.codes.items()):
             if found is not None:
                 name, filename, firstlineno, table = found
-                yield "%s C %d %x %d %d %x %s\n" % (
-                    RECORD, full[0], full[1], full[2], full[3], full[4],
-                    json.dumps([name, filename, table.hex()]))
+                yield "%s C %d %x %d %s\n" % (
+                    RECORD, full[0], full[1], full[2],
+                    json.dumps([name, filename, firstlineno, table.hex()]))
 
     def load(self, fields):
-        """A C record (split in 8 fields) back into the cache."""
-        key = (int(fields[2]), int(fields[3], 16), int(fields[4]),
-               int(fields[5]), int(fields[6], 16))
-        text_name, text_file, table = json.loads(fields[7])
-        self.codes[key] = (text_name, text_file, key[2],
+        """A C record (PYSTACK C pid code version [name, filename,
+        firstlineno, table], split in 6 fields) back into the cache."""
+        key = (int(fields[2]), int(fields[3], 16), int(fields[4]))
+        text_name, text_file, firstlineno, table = json.loads(fields[5])
+        self.codes[key] = (text_name, text_file, firstlineno,
                            bytes.fromhex(table))
-
-
-def signed32(value):
-    value &= 0xffffffff
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 def frame_keys(fields):
     """(depth, pid, key, offset, entry) of each frame of an F record split
-    on spaces; key: (code, firstlineno, version, name)."""
+    on spaces; key: (code, version)."""
     pid, batch = int(fields[4]), int(fields[5])
-    for k in range(4):
-        code, packed, line, name = (int(word, 16)
-                                    for word in fields[6 + 4 * k:10 + 4 * k])
+    for k in range(8):
+        code, word = (int(w, 16) for w in fields[6 + 2 * k:8 + 2 * k])
         if code:
-            yield (4 * batch + k, pid,
-                   (code, signed32(line >> 1), packed & 0xffffffff, name),
-                   signed32(packed >> 32), line & 1)
+            offset = word >> 33
+            # 31 bits, signed
+            offset -= (offset & 0x40000000) << 1
+            yield (8 * batch + k, pid, (code, word & 0xffffffff), offset,
+                   (word >> 32) & 1)
 
 
 def parse(lines, codes, symbolizer=None, max_native=None,
@@ -1156,7 +1241,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
     # others), before the frames that name them.
     for line in lines:
         if line.startswith(RECORD + " C "):
-            codes.load(line.rstrip("\n").split(" ", 7))
+            codes.load(line.rstrip("\n").split(" ", 5))
 
     def count(stack, weight, fields):
         # Records of a program without a size (older, saved) have none.
@@ -1847,6 +1932,19 @@ def run_threads(proc, threads, args, interp_path):
 # output is not an -o file (Bpftrace.exit_newlines: with one).
 STDOUT_EXIT_NEWLINES = 2
 
+
+def stdout_exit_newlines(text, runner):
+    """The empty lines that bpftrace ends the stdout of program *text*
+    with: STDOUT_EXIT_NEWLINES, and up to 0.23 one more per map, which it
+    prints when it exits even if cleared (0.17 and 0.23 seen; 0.27 does
+    not).  LINKED_CLAUSE's @pystack_linked is the one map of the
+    program."""
+    maps = len(set(re.findall(r"@\w+", text)))
+    if runner is not None and runner.version is not None and (
+            runner.version[:2] >= (0, 24)):
+        maps = 0
+    return STDOUT_EXIT_NEWLINES + maps
+
 # A record, or bpftrace's note of records it lost, in its stdout.
 RECORD_LINE = re.compile(rb"(?:PYSTACK [A-Z] |Lost \d+ events)[^\n]*\n")
 
@@ -1959,7 +2057,7 @@ def run_bpftrace(text, args, runner, interp, probes=()):
                 # lines (0.17, 0.23 and 0.27 seen; with -o, 0.27 does not).
                 threading.Thread(target=_bpftrace.forward_stdout,
                                  args=(command_output, sys.stdout.buffer,
-                                       STDOUT_EXIT_NEWLINES)),
+                                       stdout_exit_newlines(text, runner))),
                 threading.Thread(target=forward_stderr,
                                  args=(proc.stderr, sys.stderr.buffer,
                                        stderr)),
