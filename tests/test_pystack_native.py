@@ -589,8 +589,8 @@ class FoldedTest(NativeStacksBase):
         self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
                          3, proc.stdout)
         shim = os.path.realpath(shutil.which("bpftrace") or "bpftrace")
-        own_root = not shim.startswith(os.path.join(base.TOP, "build",
-                                                    "bpftrace") + os.sep)
+        own_root = not shim.startswith(os.path.realpath(os.path.join(
+            base.TOP, "build", "bpftrace")) + os.sep)
         for line in lines:
             frames = line.rpartition(" ")[0].split(";")
             self.assertIn("os_write (%s)" % os.path.basename(

@@ -37,6 +37,7 @@ stacks" in the same howto.
 """
 
 import argparse
+import bisect
 import collections
 import contextlib
 import itertools
@@ -282,7 +283,38 @@ class Interpreter:
         self.tls_offset = self._tstate_tls_offset(elf, symbols)
         # Where a -c command is stopped before it finalizes (HOLD_CLAUSE).
         self.has_run_eval = "run_eval_code_obj" in symbols
+        self.run_eval_returns = (self._return_sites(
+            elf, symbols, "run_eval_code_obj") if self.has_run_eval else [])
         self.debug_slot = self._debug_slot(elf)
+
+    @staticmethod
+    def _return_sites(elf, symbols, callee):
+        """Where the calls to the function *callee* return: (function,
+        offset) of the instruction after each `call rel32` (e8) to it in
+        the executable segments."""
+        target = symbols[callee][0]
+        functions = sorted((value, size, name)
+                           for name, (value, size, kind) in symbols.items()
+                           if kind == 2 and size)  # STT_FUNC
+        sites = []
+        for ptype, flags, offset, vaddr, _, filesz, _, _ in elf.segments:
+            if ptype != PT_LOAD or not flags & PF_X:
+                continue
+            data = elf.data[offset:offset + filesz]
+            for match in re.finditer(b"\xe8", data):
+                at = match.start()
+                if at + 5 > len(data):
+                    break
+                rel, = struct.unpack_from("<i", data, at + 1)
+                site = vaddr + at + 5
+                if site + rel != target:
+                    continue
+                index = bisect.bisect_right(functions, (site, 1 << 64)) - 1
+                if index >= 0:
+                    value, size, name = functions[index]
+                    if value <= site < value + size:
+                        sites.append((name, site - value))
+        return sites
 
     @staticmethod
     def _needed(elf):
@@ -811,9 +843,14 @@ NATIVE_WALK = r"""
 # With -c: the interpreter has run its main module (run_eval_code_obj
 # returns, before run_mod releases the module's code and the interpreter
 # finalizes, freeing every code object): stop it there, for follow() to
-# read the code objects of its last records (ExitHold).
+# read the code objects of its last records (ExitHold).  The probes are
+# at the instructions where run_eval_code_obj's calls return (a bpftrace
+# with offsets, hold_probes()), else a uretprobe: that one replaces the
+# return address of every call of run_eval_code_obj that any process of
+# this interpreter makes while it is attached, which their debuggers and
+# profilers see (gdb: a frame "??").
 HOLD_CLAUSE = r"""
-uretprobe:INTERPRETER_PATH:run_eval_code_obj
+HOLD_PROBES
 /pid == cpid/
 {
 	printf("PYSTACK Y %d %lu %d\n", tid, nsecs, pid);
@@ -922,7 +959,8 @@ def program(interp, args, probes, runner=None):
     text = text.replace("(a release: RELEASE)", "(a release: %s)" % release,
                         1)
     if hold(interp, args):
-        text += HOLD_CLAUSE.replace("INTERPRETER_PATH", interp.path)
+        text += HOLD_CLAUSE.replace("HOLD_PROBES", ",\n".join(
+            hold_probes(interp, runner)), 1)
     if runner is None:
         return _bpftrace.while_loops(text)
     return runner.loops(text)
@@ -931,6 +969,17 @@ def program(interp, args, probes, runner=None):
 def hold(interp, args):
     """Whether the program stops the -c command before it finalizes."""
     return args.command is not None and interp.has_run_eval
+
+
+def hold_probes(interp, runner):
+    """The probes of HOLD_CLAUSE: where run_eval_code_obj's calls return,
+    if the bpftrace *runner* places probes inside functions, else its
+    uretprobe."""
+    if (runner is not None and interp.run_eval_returns and
+            runner.probe_offsets()):
+        return ["uprobe:%s:%s+%d" % (interp.path, name, offset)
+                for name, offset in interp.run_eval_returns]
+    return ["uretprobe:%s:run_eval_code_obj" % interp.path]
 
 
 # ------------------------------------------------------------- output
