@@ -18,8 +18,9 @@ run one after another, each: started, attached (its first record is in
 RECORDS), left to sample for --seconds, sent SIGINT, and waited for; all
 of it within --session-timeout seconds.  A session is ok if the tool
 exits with status 0, leaves no process of its own behind (bpftrace ends
-with it), and prints stacks, one of which at least names the server's
-work() (samples > 0).  The load goes on throughout.
+with it) nor a file in its TMPDIR (one of this run's), and prints
+stacks, one of which at least names the server's work().  The load goes
+on throughout.
 
 Before the first session and after the last one, each time after
 --settle seconds of load, the clients pause (each ends its request in
@@ -29,14 +30,16 @@ open fds (/proc/PID/fd), threads and TracerPid are read, and the clients
 go on.  Pausing for the reading leaves the server with its own threads
 and fds only, not those of the connections in flight, so both counts
 must come out the same after as before.  The RSS gets a tolerance,
---rss-tolerance-kib (default 2048): the same work does not give the same
-RSS twice.  pymalloc keeps the arenas it has emptied partly in use, glibc
-malloc keeps freed memory in its arenas and caches the stacks of ended
-threads, and the server's own caches (the interpreter's specialized
-instructions, freelists, the type and method caches, http.client's and
-email's parsed header classes) fill as the requests come, at different
-moments each run.  A leak of even a few hundred bytes per sample or per
-session, over 100 sessions of about 200 samples, goes beyond it.
+--rss-tolerance-kib (default 2048), for the same work does not leave the
+same RSS twice: pymalloc gives an arena back to the system only once all
+of it is free, glibc's malloc keeps what is freed in its arenas and the
+stacks of ended threads in its cache, and the server's own caches (the
+interpreter's freelists, type cache and specialized instructions, and
+those of the library modules it runs) fill as the requests come, at
+other moments in each run.  2 MiB over 100 sessions is 20 KiB per
+session, or 100 bytes per sample at 200 samples per session (99 Hz for
+2 s of a busy CPU).  --sessions 0 is the control: the same run, nothing
+attached.
 
 Exit status 1 if any session failed, any request failed, the fds or
 threads differ from before, the RSS grew by more than the tolerance, the
@@ -56,6 +59,7 @@ import http.client
 import json
 import os
 import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -81,6 +85,8 @@ SERVER_FUNCTIONS = {"work", "chunk", "term"}
 # it must be within QUIET_MAX_S of the clients' pause.
 QUIET_S = 1.0
 QUIET_MAX_S = 20.0
+# How long a tool that did not end on SIGINT gets to end on SIGTERM.
+TOOL_GRACE_S = 5.0
 STDERR_TAIL = 2000
 
 T_START = time.monotonic()
@@ -103,7 +109,10 @@ class Load:
         self.timeout = timeout
         self.counts = collections.Counter()
         self.failures = collections.Counter()
-        self.slowest = 0.0
+        # The slowest answer (s) by phase: "outside" or "sessions", as
+        # run_sessions() sets it.
+        self.phase = "outside"
+        self.slowest = {}
         self.cond = threading.Condition()
         self.running = True
         self.stopped = False
@@ -165,7 +174,8 @@ class Load:
             self.counts[what] += 1
             if failure:
                 self.failures[failure] += 1
-            self.slowest = max(self.slowest, elapsed)
+            self.slowest[self.phase] = max(
+                self.slowest.get(self.phase, 0.0), elapsed)
 
     def pause(self):
         """Stop sending, and wait until every request in flight is done
@@ -191,12 +201,19 @@ class Load:
 
 def server_state(pid):
     """The server's RSS (KiB), threads, open fds and TracerPid, from
-    /proc."""
-    with open("/proc/%d/status" % pid) as f:
-        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    /proc; ProcessLookupError once it has ended."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        if "VmRSS" not in fields:
+            # A zombie: it has ended, and is not reaped yet.
+            raise ProcessLookupError(pid)
+        fds = len(os.listdir("/proc/%d/fd" % pid))
+    except FileNotFoundError:
+        raise ProcessLookupError(pid) from None
     return {"rss_kib": int(fields["VmRSS"].split()[0]),
             "threads": int(fields["Threads"]),
-            "fds": len(os.listdir("/proc/%d/fd" % pid)),
+            "fds": fds,
             "tracer_pid": int(fields["TracerPid"])}
 
 
@@ -264,14 +281,22 @@ def group_alive(pgid):
     return True
 
 
-def kill_group(proc):
-    """SIGKILL proc's process group (proc and what it started: it leads
-    a session of its own), and reap proc."""
+def end_tool(tool):
+    """End a pystack.py that did not end on its SIGINT, and everything it
+    started: SIGTERM first, on which it stops bpftrace and removes its
+    temporary files, then, after TOOL_GRACE_S, SIGKILL to its process
+    group (it leads a session of its own).  Reaps it."""
+    if tool.poll() is None:
+        tool.send_signal(signal.SIGTERM)
+        try:
+            tool.wait(TOOL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(tool.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+    tool.wait()
 
 
 def tail(path):
@@ -287,9 +312,13 @@ def session(index, server, args, tmp, timeout):
     records = os.path.join(tmp, "records")
     out_path = os.path.join(tmp, "out.json")
     err_path = os.path.join(tmp, "err.txt")
+    # The tool's TMPDIR: what it leaves there is seen, and removed.
+    tool_tmp = os.path.join(tmp, "tool-tmp")
     for path in (records, out_path, err_path):
         if os.path.exists(path):
             os.unlink(path)
+    shutil.rmtree(tool_tmp, ignore_errors=True)
+    os.mkdir(tool_tmp)
     result = {"session": index, "ok": False, "attach_s": None,
               "samples": None, "stacks": None, "exit_status": None,
               "error": None}
@@ -300,7 +329,8 @@ def session(index, server, args, tmp, timeout):
             [sys.executable, TOOL, "--json", "--python", args.python,
              "--probe", "profile:hz:%d" % args.hz, "--save", records,
              "-p", str(server.pid)],
-            stdout=out, stderr=err, start_new_session=True)
+            stdout=out, stderr=err, start_new_session=True,
+            env=dict(os.environ, TMPDIR=tool_tmp))
     try:
         # Attached once the first record is there.
         while time.monotonic() < end and tool.poll() is None:
@@ -311,8 +341,7 @@ def session(index, server, args, tmp, timeout):
         if result["attach_s"] is None:
             if tool.poll() is not None:
                 result["exit_status"] = tool.returncode
-                result["error"] = ("ended before its first record, exit "
-                                   "status %d" % tool.returncode)
+                result["error"] = "ended before its first record"
             else:
                 result["error"] = "no record within %.0f s" % timeout
             return result
@@ -327,6 +356,10 @@ def session(index, server, args, tmp, timeout):
         result["exit_status"] = tool.returncode
         if group_alive(tool.pid):
             result["error"] = "left a process of its own running"
+            return result
+        left = sorted(os.listdir(tool_tmp))
+        if left:
+            result["error"] = "left in its TMPDIR: %s" % " ".join(left)
             return result
         if tool.returncode != 0:
             result["error"] = "exit status %d" % tool.returncode
@@ -349,23 +382,27 @@ def session(index, server, args, tmp, timeout):
             result["ok"] = True
         return result
     finally:
-        result["seconds"] = time.monotonic() - start
         if tool.poll() is None or group_alive(tool.pid):
-            kill_group(tool)
+            end_tool(tool)
+        result["seconds"] = time.monotonic() - start
         stderr = tail(err_path)
         if stderr:
             result["stderr"] = stderr
+
+
+def after_sessions_s(args):
+    """The longest the run takes after its last session started to end:
+    the session's tool ending on SIGTERM, the reading after (the settle
+    time, the clients' pause, the wait for quiet), the clients' stop, and
+    the server's."""
+    return (TOOL_GRACE_S + args.settle + 2 * (args.request_timeout + 5)
+            + QUIET_MAX_S + 10)
 
 
 def run(args, tmp, report):
     """Start the server and the load, run the sessions, and fill
     *report*; the list of failures."""
     failures = []
-    deadline = T_START + args.max_seconds
-    # What the reading after the last session needs: the settle time,
-    # the pause, the clients' stop.
-    sessions_end = deadline - (args.settle + QUIET_MAX_S
-                               + args.request_timeout + 10)
     server_err = os.path.join(tmp, "server-stderr.txt")
     server = load = None
     try:
@@ -380,68 +417,20 @@ def run(args, tmp, report):
         log("server %d on %s:%d, %d clients" % (server.pid, HOST, port,
                                                 args.clients))
         load = Load(port, args.clients, args.request_timeout)
-        before = quiet_state(server, load, args.settle)
-        report["server_before"] = before
-        log("before: RSS %d KiB, %d fds, %d threads"
-            % (before["rss_kib"], before["fds"], before["threads"]))
-        sessions = report["sessions"]
-        for index in range(1, args.sessions + 1):
-            if server.poll() is not None:
-                failures.append("the server ended (status %s) before "
-                                "session %d" % (server.returncode, index))
-                break
-            remaining = sessions_end - time.monotonic()
-            if remaining < args.seconds:
-                failures.append("stopped early: --max-seconds %g ran out "
-                                "after %d of %d sessions"
-                                % (args.max_seconds, index - 1,
-                                   args.sessions))
-                break
-            result = session(index, server, args, tmp,
-                             min(args.session_timeout, remaining))
+        before = reading(server, load, args.settle, "before", report)
+        if before is not None:
+            load.phase = "sessions"
             try:
-                result["server_rss_kib"] = server_state(
-                    server.pid)["rss_kib"]
-            except OSError:
-                pass
-            sessions.append(result)
-            log("session %d/%d: %s, attached in %s, %s samples, %s "
-                "stacks, exit status %s, %.1f s"
-                % (index, args.sessions,
-                   "ok" if result["ok"] else "FAILED: " + result["error"],
-                   "-" if result["attach_s"] is None
-                   else "%.2f s" % result["attach_s"],
-                   result["samples"], result["stacks"],
-                   result["exit_status"], result["seconds"]))
-            if not result["ok"] and "stderr" in result:
-                sys.stderr.write(result["stderr"].rstrip("\n") + "\n")
-        failed = [r["session"] for r in sessions if not r["ok"]]
-        if failed:
-            failures.append("%d session(s) failed: %s" % (
-                len(failed), ", ".join(map(str, failed))))
-        if server.poll() is None:
-            after = quiet_state(server, load, args.settle)
-            report["server_after"] = after
-            log("after: RSS %d KiB, %d fds, %d threads"
-                % (after["rss_kib"], after["fds"], after["threads"]))
-            for state, when in ((before, "before"), (after, "after")):
-                if not state["quiet"]:
-                    failures.append("the server's threads and fds did not "
-                                    "settle %s" % when)
-            for key in ("fds", "threads"):
-                if after[key] != before[key]:
-                    failures.append("the server's %s: %d before, %d after"
-                                    % (key, before[key], after[key]))
-            grown = after["rss_kib"] - before["rss_kib"]
-            if grown > args.rss_tolerance_kib:
-                failures.append("the server's RSS grew by %d KiB (more than "
-                                "%d)" % (grown, args.rss_tolerance_kib))
-            if after["tracer_pid"]:
-                failures.append("the server is traced by process %d"
-                                % after["tracer_pid"])
-        else:
-            failures.append("the server ended (status %s) during the "
-                            "sessions" % server.returncode)
+                run_sessions(server, args, tmp, report, failures)
+            finally:
+                load.phase = "outside"
+            after = reading(server, load, args.settle, "after", report)
+            if after is not None:
+                compare(before, after, args, failures)
+        if server.poll() is not None:
+            failures.append("the server ended (status %s) after %d "
+                            "session(s)" % (server.returncode,
+                                            len(report["sessions"])))
         load.stop()
         load_report(load, report, failures)
         status = stop_server(server)
@@ -461,6 +450,76 @@ def run(args, tmp, report):
             report["server_stderr"] = stderr
             failures.append("the server wrote on stderr:\n" + stderr)
     return failures
+
+
+def reading(server, load, settle, when, report):
+    """quiet_state(), kept in report["server_" + when]; None if the
+    server has ended."""
+    if server.poll() is not None:
+        return None
+    try:
+        state = quiet_state(server, load, settle)
+    except ProcessLookupError:
+        return None
+    report["server_" + when] = state
+    log("%s: RSS %d KiB, %d fds, %d threads"
+        % (when, state["rss_kib"], state["fds"], state["threads"]))
+    return state
+
+
+def run_sessions(server, args, tmp, report, failures):
+    """The sessions, one after another, while the server runs and the
+    time lasts."""
+    sessions_end = T_START + args.max_seconds - after_sessions_s(args)
+    sessions = report["sessions"]
+    for index in range(1, args.sessions + 1):
+        if server.poll() is not None:
+            break
+        remaining = sessions_end - time.monotonic()
+        if remaining < args.seconds:
+            failures.append("stopped early: --max-seconds %g ran out after "
+                            "%d of %d sessions" % (args.max_seconds,
+                                                   index - 1, args.sessions))
+            break
+        result = session(index, server, args, tmp,
+                         min(args.session_timeout, remaining))
+        try:
+            result["server_rss_kib"] = server_state(server.pid)["rss_kib"]
+        except ProcessLookupError:
+            pass
+        sessions.append(result)
+        log("session %d/%d: %s, attached in %s, %s samples, %s stacks, "
+            "exit status %s, %.1f s"
+            % (index, args.sessions,
+               "ok" if result["ok"] else "FAILED: " + result["error"],
+               "-" if result["attach_s"] is None
+               else "%.2f s" % result["attach_s"],
+               result["samples"], result["stacks"], result["exit_status"],
+               result["seconds"]))
+        if not result["ok"] and "stderr" in result:
+            sys.stderr.write(result["stderr"].rstrip("\n") + "\n")
+    failed = [r["session"] for r in sessions if not r["ok"]]
+    if failed:
+        failures.append("%d session(s) failed: %s"
+                        % (len(failed), ", ".join(map(str, failed))))
+
+
+def compare(before, after, args, failures):
+    for state, when in ((before, "before"), (after, "after")):
+        if not state["quiet"]:
+            failures.append("the server's threads and fds did not settle "
+                            "%s" % when)
+    for key in ("fds", "threads"):
+        if after[key] != before[key]:
+            failures.append("the server's %s: %d before, %d after"
+                            % (key, before[key], after[key]))
+    grown = after["rss_kib"] - before["rss_kib"]
+    if grown > args.rss_tolerance_kib:
+        failures.append("the server's RSS grew by %d KiB (more than %d)"
+                        % (grown, args.rss_tolerance_kib))
+    if after["tracer_pid"]:
+        failures.append("the server is traced by process %d"
+                        % after["tracer_pid"])
 
 
 def load_report(load, report, failures):
@@ -499,11 +558,15 @@ def summary(args, report):
                      % (statistics.median(attach), max(attach)))
     requests = report.get("requests")
     if requests:
-        lines.append("requests: %d sent, %d answered, %d failed; slowest "
-                     "answer %.3f s" % (requests["sent"],
-                                        requests["answered"],
-                                        requests["failed"],
-                                        requests["slowest_s"]))
+        lines.append("requests: %d sent, %d answered, %d failed"
+                     % (requests["sent"], requests["answered"],
+                        requests["failed"]))
+        slowest = requests["slowest_s"]
+        if slowest:
+            lines.append("slowest answer: %s" % ", ".join(
+                "%.3f s %s" % (slowest[phase], phase.replace(
+                    "sessions", "during the sessions"))
+                for phase in ("sessions", "outside") if phase in slowest))
     before = report.get("server_before")
     after = report.get("server_after")
     if before and after:
@@ -559,10 +622,13 @@ def main():
             or args.clients < 1 or args.seconds <= 0):
         parser.error("--sessions and --rss-tolerance-kib must be 0 or "
                      "more, --clients 1 or more, --seconds more than 0")
-    reserve = 2 * (args.settle + QUIET_MAX_S) + args.request_timeout + 40
-    if args.max_seconds < reserve + args.seconds:
-        parser.error("--max-seconds must be at least %g with this --settle "
-                     "and --request-timeout" % (reserve + args.seconds))
+    # The server's start (30 s at most), the reading before, one
+    # session, and what comes after the sessions.
+    least = (30 + args.settle + QUIET_MAX_S + args.request_timeout + 5
+             + args.seconds + after_sessions_s(args))
+    if args.max_seconds < least:
+        parser.error("--max-seconds must be at least %g with this --settle, "
+                     "--seconds and --request-timeout" % least)
     if os.geteuid() != 0:
         sys.exit("run as root (bpftrace)")
     signal.signal(signal.SIGTERM, interrupt)
@@ -573,8 +639,9 @@ def main():
         with tempfile.TemporaryDirectory(prefix="soak-profile-") as tmp:
             failures = run(args, tmp, report)
     except KeyboardInterrupt:
-        sys.exit("soak: interrupted after %d sessions; everything it "
-                 "started has ended" % len(report["sessions"]))
+        sys.stderr.write("soak: interrupted after %d session(s); everything "
+                         "it started has ended\n" % len(report["sessions"]))
+        return 130
     report["failures"] = failures
     report["ok"] = not failures
     report["elapsed_s"] = time.monotonic() - T_START

@@ -40,6 +40,10 @@ def work(n):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The headers and the body go in two writes: with Nagle's algorithm
+    # the body would wait for the client's delayed ACK of the headers
+    # (40 ms), and the server would idle.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         path, _, query = self.path.partition("?")
