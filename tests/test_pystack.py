@@ -86,6 +86,13 @@ WRITES = textwrap.dedent("""\
         record(os.write(FD,
                         b"multi-line call"))
 
+    class Opened:
+        # Called from Python, once specialized (CALL_ALLOC_AND_ENTER_INIT),
+        # __init__ runs above the interpreter's _Py_InitCleanup frame,
+        # which traceback leaves out.
+        def __init__(self):
+            record(os.write(FD, b"o"))
+
     def worker(n):
         Writer().method(n)
         nested()
@@ -97,6 +104,8 @@ WRITES = textwrap.dedent("""\
     for thread in threads:
         thread.join()
     list(generator())
+    for _ in range(4):
+        Opened()
     asyncio.run(coroutine())
     coro = coroutine()
     try:
@@ -309,11 +318,12 @@ class PystackTest(unittest.TestCase):
             ["--probe", "tracepoint:syscalls:sys_enter_write",
              "--filter", "args->fd == 77"], WRITES)
         expected = self.expect(recorded)
-        self.assertEqual(sum(expected.values()), 6 + 6 + 3 + 4)
+        self.assertEqual(sum(expected.values()), 6 + 6 + 3 + 4 + 4)
         self.assertEqual(found, expected)
         names = {frame[0] for stack in found for frame in stack}
         self.assertTrue({"Writer.method", "nested.<locals>.inner",
-                         "generator", "coroutine"} <= names, names)
+                         "generator", "coroutine", "Opened.__init__"}
+                        <= names, names)
 
     def test_write_folded_co_name(self):
         # --co-name names frames as tracebacks do; --folded prints
@@ -391,7 +401,8 @@ class PystackTest(unittest.TestCase):
         self.assertEqual(expected[churn], 1)
         with open(records) as f:
             lines = f.readlines()
-        # PYSTACK C pid code version [name, filename, firstlineno, table]
+        # PYSTACK C pid code version [name, filename, firstlineno, table,
+        # firsttraceable]
         names = {}
         for line in lines:
             if line.startswith("PYSTACK C "):

@@ -701,7 +701,7 @@ class MergeTest(unittest.TestCase):
             words.append("%x %x" % (0x100 + depth, entry << 32 | 7))
             lines.append("PYSTACK C 1 %x 7 %s\n"
                          % (0x100 + depth,
-                            json.dumps([name, "f.py", depth + 1, "ef00"])))
+                            json.dumps([name, "f.py", depth + 1, "ef00", 0])))
         words += ["0 0"] * (-len(words) % 8 or 8)
         for batch in range(len(words) // 8):
             lines.append("PYSTACK F 1 9 1 %d %s\n"

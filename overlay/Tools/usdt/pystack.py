@@ -106,6 +106,9 @@ FRAME_OWNED_BY_CSTACK = {(3, 13): 3}
 # Where co_version is (a number the interpreter gives each code object it
 # creates, from a counter): this many bytes before co_localsplusnames.
 CO_VERSION_BEFORE_LOCALSPLUSNAMES = {(3, 13): 4}
+# _co_firsttraceable, an int, and co_extra, a pointer, come right before
+# co_code_adaptive (Include/cpython/code.h): this many bytes before it.
+FIRSTTRACEABLE_BEFORE_CODE_ADAPTIVE = {(3, 13): 16}
 
 DEFAULT_MAX_DEPTH = 64
 # Native frames per stack (--native), walked in BPF 8 at a time.
@@ -280,6 +283,17 @@ class Interpreter:
         if self.co_version != self.offsets["code_object.firstlineno"] + 24:
             raise Error("%s: its code objects' layout is not the one this "
                         "tool knows (co_version)" % path)
+        self.firsttraceable = (
+            self.offsets["code_object.co_code_adaptive"] -
+            FIRSTTRACEABLE_BEFORE_CODE_ADAPTIVE[series])
+        if "_Py_InitCleanup" in symbols:
+            # Python/specialize.c gives this static code object a
+            # _co_firsttraceable of 4.
+            shim = symbols["_Py_InitCleanup"][0]
+            if struct.unpack("<i", elf.read_vaddr(
+                    shim + self.firsttraceable, 4))[0] != 4:
+                raise Error("%s: its code objects' layout is not the one "
+                            "this tool knows (_co_firsttraceable)" % path)
         self.tls_offset = self._tstate_tls_offset(elf, symbols)
         # Where a -c command is stopped before it finalizes (HOLD_CLAUSE).
         self.has_run_eval = "run_eval_code_obj" in symbols
@@ -1019,6 +1033,8 @@ class Event:
 # everything of a process that ended), or the address holds another code
 # object by then, which must not lend it its name.
 CODE_GONE = "[code object gone]"
+# A frame left out, as traceback leaves it out (CodeReader.frame()).
+INCOMPLETE = object()
 
 
 def addr2line(table, firstlineno, offset):
@@ -1081,6 +1097,8 @@ class CodeReader:
         # Without interp (--read without --python): the C records only.
         o = interp.offsets if interp is not None else {}
         self.co_version = interp.co_version if interp is not None else None
+        self.firsttraceable = (interp.firsttraceable if interp is not None
+                               else None)
         self.o = o
         self.name_field = "code_object.name" if co_name else (
             "code_object.qualname")
@@ -1185,18 +1203,22 @@ class CodeReader:
                 at + 8 for at in (o["code_object.linetable"],
                                   o["code_object.filename"],
                                   o["code_object.firstlineno"],
-                                  o[self.name_field])))
+                                  o[self.name_field], self.firsttraceable)))
             found = None
-            if (version != 0 and self.alive(raw) and struct.unpack_from(
-                    "<I", raw, self.co_version)[0] == version):
+            if (self.alive(raw) and struct.unpack_from(
+                    "<I", raw, self.co_version)[0] == version and (
+                        version != 0 or self.immortal(raw))):
                 name, filename, linetable = (
                     struct.unpack_from("<Q", raw, o[field])[0]
                     for field in (self.name_field, "code_object.filename",
                                   "code_object.linetable"))
                 firstlineno, = struct.unpack_from(
                     "<i", raw, o["code_object.firstlineno"])
+                firsttraceable, = struct.unpack_from(
+                    "<i", raw, self.firsttraceable)
                 found = (self._string(f, name), self._string(f, filename),
-                         firstlineno, self._bytes(f, linetable))
+                         firstlineno, self._bytes(f, linetable),
+                         firsttraceable)
                 # Read again: the object must not have been freed while
                 # its parts were read (its reference count changes with
                 # every frame that runs it).
@@ -1216,12 +1238,28 @@ class CodeReader:
         self.cpu_ns += time.thread_time_ns() - start
         return True
 
+    @staticmethod
+    def immortal(raw):
+        """Whether the object whose first bytes are raw is immortal
+        (never freed: its address is never another object's): a static
+        object, such as _Py_InitCleanup, the code object that runs after
+        a class's __init__, whose co_version is 0."""
+        refcnt, = struct.unpack_from("<Q", raw, 0)
+        return bool(refcnt & 0x80000000)
+
     def frame(self, pid, key, offset):
-        """The Frame of a record, or one named CODE_GONE."""
+        """The Frame of a record; None: its code object is gone;
+        INCOMPLETE: a frame that has not reached its first traceable
+        instruction (_PyFrame_IsIncomplete(), whose frames traceback and
+        sys._getframe() leave out: a function's prologue, and the
+        _Py_InitCleanup frame under every running __init__ of a class
+        called from Python)."""
         found = self.codes.get((pid,) + key)
         if found is None:
             return None
-        name, filename, firstlineno, table = found
+        name, filename, firstlineno, table, firsttraceable = found
+        if offset < 2 * firsttraceable:
+            return INCOMPLETE
         return Frame(self.cut(name), self.cut(filename),
                      addr2line(table, firstlineno, offset))
 
@@ -1230,18 +1268,21 @@ class CodeReader:
         of each code object, for --read (the process is gone by then)."""
         for full, found in sorted(self.codes.items()):
             if found is not None:
-                name, filename, firstlineno, table = found
+                name, filename, firstlineno, table, firsttraceable = found
                 yield "%s C %d %x %d %s\n" % (
                     RECORD, full[0], full[1], full[2],
-                    json.dumps([name, filename, firstlineno, table.hex()]))
+                    json.dumps([name, filename, firstlineno, table.hex(),
+                                firsttraceable]))
 
     def load(self, fields):
         """A C record (PYSTACK C pid code version [name, filename,
-        firstlineno, table], split in 6 fields) back into the cache."""
+        firstlineno, table, firsttraceable], split in 6 fields) back into
+        the cache."""
         key = (int(fields[2]), int(fields[3], 16), int(fields[4]))
-        text_name, text_file, firstlineno, table = json.loads(fields[5])
+        text_name, text_file, firstlineno, table, firsttraceable = (
+            json.loads(fields[5]))
         self.codes[key] = (text_name, text_file, firstlineno,
-                           bytes.fromhex(table))
+                           bytes.fromhex(table), firsttraceable)
 
 
 def frame_keys(fields):
@@ -1404,8 +1445,9 @@ def python_frames(event, codes, notes):
             notes["frames whose code object was gone before pystack.py "
                   "read it (the process ended, or the address holds "
                   "another code object by then), named %s" % CODE_GONE] += 1
-        frames.append(frame)
-        segment.append(frame)
+        if frame is not INCOMPLETE:
+            frames.append(frame)
+            segment.append(frame)
         if depth in event.entries:
             segments.append(segment)
             segment = []
