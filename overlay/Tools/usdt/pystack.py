@@ -2413,10 +2413,11 @@ def main(argv=None):
         description="Count the Python stacks of the threads that hit a "
         "bpftrace probe (see \"Python stacks\" in "
         "Doc/howto/instrumentation.rst).",
-        epilog="Cost (docs/whole-stacks.md, measured under load): about "
-        "100 us of BPF time per sample at 30 Python frames, 160 us with "
-        "--native at 30 and 100 frames; pystack.py's own CPU, about "
-        "0.5 ms per sample.")
+        epilog="Cost (make bench-whole-stacks, docs/whole-stacks.md; "
+        "2-core VM, quiet): BPF time per sample about 10 us at 30 Python "
+        "frames and 15 us at 100, with or without --native (about 5 us of "
+        "it is bpftrace waking its reader for the first record); "
+        "pystack.py's own CPU about 0.2 ms per sample.")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
                         "field PYTHON stands for the interpreter's path "
