@@ -360,10 +360,17 @@ bench-stacks: build
 		--out-md docs/stacks.md --out-json docs/stacks.json
 
 # What pystack.py --native costs: BPF time per sample, and the traced
-# process's slowdown at 99 and 999 Hz (docs/whole-stacks.md).
+# process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
+# frames (docs/whole-stacks.md).
 bench-whole-stacks: build
 	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
+	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python --depth 30 \
+		--rates 99 --seconds 8 --cycles 2 \
+		--out-json docs/whole-stacks-depth30.json
+	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python --depth 100 \
+		--rates 99 --seconds 8 --cycles 2 \
+		--out-json docs/whole-stacks-depth100.json
 
 # What each tool of python -m usdt.tools costs the process it traces
 # (docs/tools-cost.md; the JSON is installed for the tools' --help).

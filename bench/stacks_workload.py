@@ -1,6 +1,6 @@
 """The call-heavy loop that bench/stacks.py times with and without a tracer.
 
-usage: stacks_workload.py [ROUND_CALLS] [LIMIT_S]
+usage: stacks_workload.py [ROUND_CALLS] [LIMIT_S] [DEPTH]
 
 The main thread runs rounds of ROUND_CALLS (default 20000) calls of
 outer(), which calls plain Python functions three levels deep and methods
@@ -27,6 +27,8 @@ Its standard input takes one command per line, read by a second thread:
 
 The driver uses marks to see whether the trampoline is on: the workload's
 own functions are listed once, at the first arming, and never again.
+With DEPTH, the rounds run under DEPTH frames of nest() (whole_stacks.py
+--depth: a sample's stack is then about DEPTH + 5 frames deep).
 When its standard input closes, it finishes the round and exits; SIGALRM
 ends it after LIMIT_S seconds (default 600) whatever the driver does.
 """
@@ -120,13 +122,24 @@ def commands(stop):
     stop.set()
 
 
+def nest(depth, function, *args):
+    if depth > 0:
+        return nest(depth - 1, function, *args)
+    return function(*args)
+
+
 def main():
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
     limit = int(sys.argv[2]) if len(sys.argv) > 2 else 600
+    depth = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     signal.alarm(limit)
     stop = threading.Event()
     threading.Thread(target=commands, args=(stop,), daemon=True).start()
     say("ready %d" % os.getpid())
+    nest(depth, run, calls, stop)
+
+
+def run(calls, stop):
     while not stop.is_set():
         t0 = time.monotonic_ns()
         one_round(calls)

@@ -22,8 +22,15 @@ For each traced phase:
   mappings) competes with the process too: that is part of what is
   measured.
 
+- pystack.py's own CPU time (user and system, all its threads: the
+  records read, the code objects read from the process and their lines
+  decoded) in the phase, per sample of the process.
+
+With --depth N the workload's rounds run N frames deeper (a sample's
+stack is about N + 5 Python frames deep).
+
 usage: python3 bench/whole_stacks.py PYTHON [--seconds S] [--cycles K]
-           [--out-json F] [--python-only]
+           [--out-json F] [--python-only] [--depth N] [--rates HZ,...]
 Run as root (bpftrace).
 """
 
@@ -92,14 +99,24 @@ def bpf_stats(pid):
     return time_ns, count
 
 
-def traced_phase(pid, hz, seconds, python, native=True):
-    """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples)."""
+def cpu_ns(pid):
+    """The CPU time (user and system) of process pid so far, in ns."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf(
+        "SC_CLK_TCK")
+
+
+def traced_phase(pid, hz, seconds, python, native=True, depth=0):
+    """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples,
+    pystack.py's CPU ns)."""
     with tempfile.TemporaryDirectory(prefix="whole-stacks") as tmp:
         records = os.path.join(tmp, "records")
         tool = subprocess.Popen(
             [sys.executable, TOOL, *(["--native"] if native else []),
              "--json", "--python", python,
              "--probe", "profile:hz:%d" % hz, "--save", records,
+             "--max-depth", str(max(64, depth + 16)),
              "-p", str(pid)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Attached once the first record is there.
@@ -112,16 +129,19 @@ def traced_phase(pid, hz, seconds, python, native=True):
             sys.exit("pystack.py failed: %s" % tool.stderr.read())
         bpftrace = children(tool.pid)[0]
         before = bpf_stats(bpftrace)
+        tool_before = cpu_ns(tool.pid)
         start = time.monotonic_ns()
         time.sleep(seconds)
         end = time.monotonic_ns()
         after = bpf_stats(bpftrace)
+        tool_ns = cpu_ns(tool.pid) - tool_before
         tool.send_signal(signal.SIGINT)
         stdout, stderr = tool.communicate(timeout=300)
         samples = sum(row["count"] for row in json.loads(stdout))
     # samples: over the whole run of the tool, a little longer than the
     # phase; the BPF statistics are those of the phase.
-    return start, end, after[0] - before[0], after[1] - before[1], samples
+    return (start, end, after[0] - before[0], after[1] - before[1], samples,
+            tool_ns)
 
 
 def main():
@@ -130,6 +150,10 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--out-json")
+    parser.add_argument("--depth", type=int, default=0,
+                        help="frames of nest() under the workload's rounds")
+    parser.add_argument("--rates", default="99,999",
+                        help="the sampling rates, Hz (default 99,999)")
     parser.add_argument("--python-only", action="store_true",
                         help="without --native: the Python stacks' walk "
                         "alone, for comparison")
@@ -138,7 +162,9 @@ def main():
         stats_before = f.read().strip()
     with open(STATS, "w") as f:
         f.write("1")
-    proc = subprocess.Popen([args.python, WORKLOAD, "20000", "3600"],
+    rates = [int(hz) for hz in args.rates.split(",")]
+    proc = subprocess.Popen([args.python, WORKLOAD, "20000", "3600",
+                             str(args.depth)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:
@@ -151,15 +177,16 @@ def main():
         def idle():
             start = time.monotonic_ns()
             time.sleep(args.seconds)
-            phases.append(("idle", start, time.monotonic_ns(), 0, 0, 0))
+            phases.append(("idle", start, time.monotonic_ns(), 0, 0, 0, 0))
 
         for _ in range(args.cycles):
-            for hz in (99, 999):
+            for hz in rates:
                 idle()
                 phases.append((hz,) + traced_phase(proc.pid, hz,
                                                    args.seconds,
                                                    args.python,
-                                                   not args.python_only))
+                                                   not args.python_only,
+                                                   args.depth))
         idle()
     finally:
         proc.stdin.close()
@@ -167,7 +194,8 @@ def main():
         with open(STATS, "w") as f:
             f.write(stats_before)
     results = []
-    for i, (kind, start, end, ns, runs, samples) in enumerate(phases):
+    for i, (kind, start, end, ns, runs, samples, tool_ns) in enumerate(
+            phases):
         if kind == "idle":
             continue
         traced = statistics.median(rounds.between(start, end))
@@ -182,15 +210,23 @@ def main():
             # for this process's samples only: the BPF time of all runs
             # per sample of the process is an upper bound of a walk's.
             "bpf_ns_per_sample": ns / samples if samples else None,
+            "depth": args.depth,
+            "pystack_cpu_ns": tool_ns,
+            "pystack_cpu_ns_per_sample": tool_ns / samples if samples
+            else None,
             "median_round_ms": traced / 1e6,
             "idle_median_round_ms": base / 1e6,
             "slowdown_percent": 100 * (traced / base - 1)})
-    for hz in (99, 999):
+    for hz in rates:
         rows = [r for r in results if r["hz"] == hz]
-        print("%d Hz: BPF time per sample of the process %s us (%s "
+        print("%d Hz, depth %d: BPF time per sample of the process %s us, "
+              "pystack.py CPU per sample %s us (%s "
               "samples), slowdown %s %% (median %.2f %%)"
-              % (hz, ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)
-                               for r in rows),
+              % (hz, args.depth,
+                 ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)
+                           for r in rows),
+                 ", ".join("%.1f" % (r["pystack_cpu_ns_per_sample"] / 1e3)
+                           for r in rows),
                  ", ".join(str(r["samples_in_process"]) for r in rows),
                  ", ".join("%+.2f" % r["slowdown_percent"] for r in rows),
                  statistics.median(r["slowdown_percent"] for r in rows)))

@@ -589,8 +589,8 @@ class FoldedTest(NativeStacksBase):
         self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
                          3, proc.stdout)
         shim = os.path.realpath(shutil.which("bpftrace") or "bpftrace")
-        own_root = not shim.startswith(os.path.join(base.TOP, "build",
-                                                    "bpftrace") + os.sep)
+        own_root = not shim.startswith(os.path.realpath(os.path.join(
+            base.TOP, "build", "bpftrace")) + os.sep)
         for line in lines:
             frames = line.rpartition(" ")[0].split(";")
             self.assertIn("os_write (%s)" % os.path.basename(
@@ -624,14 +624,16 @@ class ToolsTest(NativeStacksBase):
 
 
     def test_walker_limits_passed_on(self):
-        # alloc passes --max-entries to pystack.py, whose error says what
-        # to lower; a failed run prints no tables.
+        # alloc passes its limits to pystack.py, whose error says what to
+        # lower; a failed run prints no tables.  (--max-entries, which
+        # alloc still passes on, has no effect: lines are decoded in user
+        # space.)
         workload = self.write("noop.py", "pass\n")
         proc = run([PYTHON, "-m", "usdt.tools", "alloc", "--max-entries",
-                    "100000", "-c", "%s %s" % (PYTHON, workload)],
-                   timeout=300)
+                    "100000", "--max-depth", "100000",
+                    "-c", "%s %s" % (PYTHON, workload)], timeout=300)
         self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertIn("--max-entries (100000; default 1000)", proc.stderr)
+        self.assertIn("--max-depth must be 1 to 512", proc.stderr)
         self.assertNotIn("Bytes allocated", proc.stdout)
 
 
@@ -688,14 +690,23 @@ class MergeTest(unittest.TestCase):
             lines.append("PYSTACK A 1 9 %d %s\n" % (batch, " ".join(
                 "%x" % a for a in padded[8 * batch:8 * batch + 8])))
         lines.append("PYSTACK N 1 9 1 0 %d 1\n" % native_more)
+        # Frame d: code object 0x100 + d, version 7, first line d + 1,
+        # whose location table's one entry (kind 13, line delta 0) covers
+        # 8 code units; its code object as a saved run keeps it (C
+        # record).  F records hold 8 frames (code 0: none), each its code
+        # object and a word: offset << 33 | entry << 32 | version.
+        words = []
         for depth, name in enumerate(frames):
             entry = int(depth in entries)
-            lines.append("PYSTACK S 1 9 %d 0 %d %d %s\n"
-                         % (depth, entry, len(name), name))
-            lines.append("PYSTACK S 1 9 %d 1 %d 3 f.py\n" % (depth, entry))
-        lines.append("PYSTACK D 1 9 %d %d 0\n" % (len(frames), more))
-        for depth in range(len(frames)):
-            lines.append("PYSTACK L 1 9 %d %d\n" % (depth, depth + 1))
+            words.append("%x %x" % (0x100 + depth, entry << 32 | 7))
+            lines.append("PYSTACK C 1 %x 7 %s\n"
+                         % (0x100 + depth,
+                            json.dumps([name, "f.py", depth + 1, "ef00", 0])))
+        words += ["0 0"] * (-len(words) % 8 or 8)
+        for batch in range(len(words) // 8):
+            lines.append("PYSTACK F 1 9 1 %d %s\n"
+                         % (batch, " ".join(words[8 * batch:8 * batch + 8])))
+        lines.append("PYSTACK D 1 9 64 %d 0\n" % more)
         lines.append("PYSTACK Z 1 9 0\n")
         return lines
 
@@ -707,7 +718,8 @@ class MergeTest(unittest.TestCase):
     def merged(self, lines, max_native=128, read_at=10):
         pystack = load_pystack()
         stacks, notes = pystack.parse(
-            lines, 128, FakeSymbolizer(self.NAMES, read_at), max_native)
+            lines, pystack.CodeReader(), FakeSymbolizer(self.NAMES, read_at),
+            max_native)
         (stack, count), = stacks.items()
         return [frame[0] for frame in stack], notes
 

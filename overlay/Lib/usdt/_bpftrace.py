@@ -55,6 +55,24 @@ class Bpftrace:
     def tested(self):
         return self.version is not None and self.version[:2] in TESTED
 
+    def probe_offsets(self):
+        """Whether this bpftrace places a uprobe inside a function
+        (uprobe:PATH:FUNCTION+OFFSET): only if it was built with libbfd,
+        which checks that the offset starts an instruction ("bfd: yes" in
+        --info: Debian 13's 0.23 and forky's 0.27; Debian 12's 0.17 is
+        not, and refuses such a probe even with --unsafe)."""
+        if not hasattr(self, "_probe_offsets"):
+            try:
+                text = subprocess.run(
+                    [self.path, "--info"], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, timeout=120,
+                    check=False).stdout.decode("utf-8", "replace")
+            except (OSError, subprocess.TimeoutExpired):
+                text = ""
+            self._probe_offsets = re.search(r"^\s*bfd: yes\s*$", text,
+                                            re.M) is not None
+        return self._probe_offsets
+
     def environ(self, strlen=None, keys=None, base=None):
         """*base* (os.environ) with the limits set the way this version
         reads them: names and strings cut to strlen - 1 bytes, keys

@@ -618,10 +618,9 @@ def add_walker_limits(parser):
     parser.add_argument("--max-depth", type=int, metavar="N",
                         help="Python frames kept per stack (default 64)")
     parser.add_argument("--max-entries", type=int, metavar="N",
-                        help="location-table entries decoded per stack, "
-                        "for the frames' lines (default 1000; more for "
-                        "long functions, as far as the kernel accepts "
-                        "the program)")
+                        help="no effect (pystack.py decodes the frames' "
+                        "lines in user space, without a budget); "
+                        "accepted for the scripts that give it")
 
 
 def walker_options(args):
