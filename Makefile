@@ -5,9 +5,13 @@
 # SERIES names the CPython series: series/$(SERIES)/ holds everything that
 # is specific to it (docs/layout.md), and its trees are under
 # build/$(SERIES)/.  What is shared between series stays in build/: the
-# downloads (dl/) and the pristine trees, one per tarball's sha256.
+# downloads (dl/) and the pristine trees, one per tarball's sha256.  The
+# default series is the one series/DEFAULT names, which tools/lib.sh reads
+# too, so that the scripts of tools/ run alone pick the same one.
+#
+# The benchmarks' targets and trees are in bench/bench.mk, included below.
 
-SERIES ?= 3.13
+SERIES ?= $(file <series/DEFAULT)
 PREFIX ?= /opt/cpython-usdt
 NPROC := $(shell nproc)
 B := build
@@ -25,16 +29,20 @@ PATCH_INPUTS := $(PIN) $(SERIES_DIR)/loop-flags \
 	$(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
 OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
 TOOLS := tools/lib.sh
+# The machine's Python (Debian 12's), which runs the benchmarks' scripts:
+# they measure the interpreters they are given, not the one they run on.
+SYSTEM_PYTHON := /usr/bin/python3.11
+# The series' trees under $(S) that `make clean` removes, each added where
+# its rules are (src, the prepared tree, stays: the next build moves it).
+TREES := stage stamps
 
 export SERIES
 
 .PHONY: all deps fetch prepare configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
-	patch-queue patch-export release bench bench-quick bench-watcher \
-	bench-stacks bench-whole-stacks demo bench-framepointers-release bench-framepointers-release-wall \
-	check-install \
-	shared install-shared check-shared deb check-release bench-release
-.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist bench-tools
+	patch-queue patch-export release demo check-install \
+	shared install-shared check-shared deb check-release
+.PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
 .PHONY: check-bpftrace-versions check-deb-trixie compare-bpftrace-versions
 .PHONY: dtrace-root check-dtrace
 
@@ -95,6 +103,7 @@ make_tree = if [ $(S)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ]; then \
 		rm -f $(1)/Modules/getbuildinfo.o; fi; \
 	$(MAKE) -C $(1) -j$(NPROC)
 
+TREES += obj
 build: deps $(S)/obj/usdt-configure-flags
 	$(call make_tree,$(S)/obj)
 
@@ -104,6 +113,7 @@ build: deps $(S)/obj/usdt-configure-flags
 # GCC refuses profile data older than the sources (-Werror=coverage-
 # mismatch), so a tree whose sources moved since its training run is
 # trained again: CPython's profile-removal drops the data and the stamp.
+TREES += release
 release: deps $(S)/release/usdt-configure-flags
 	if [ -e $(S)/release/profile-run-stamp ] && \
 	   [ $(S)/stamps/prepare -nt $(S)/release/profile-run-stamp ]; then \
@@ -188,11 +198,13 @@ check-deb-trixie: build
 PRISTINE_INPUTS = $(B)/dl/$(TARBALL) $(SERIES_DIR)/loop-flags tools/configure \
 	| $(S)/stamps/prepare
 
+TREES += pristine-obj
 $(S)/pristine-obj/python: $(PRISTINE_INPUTS)
 	PREFIX=$(PREFIX) tools/configure $(S)/pristine-obj $(CURDIR)/$(PRISTINE)
 	$(MAKE) -C $(S)/pristine-obj -j$(NPROC)
 
 # The free-threaded (--disable-gil) build of the same tree, and its tests.
+TREES += obj-ft
 $(S)/obj-ft/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(S)/obj-ft $(CURDIR)/$(S)/src
 
@@ -217,6 +229,7 @@ check-dist: dist
 
 # The --enable-shared variant, build/3.13/obj-shared: libpython3.13.so carries
 # the probes, and the installed python3 finds it through its run path.
+TREES += obj-shared
 shared: deps $(S)/obj-shared/usdt-configure-flags
 	$(call make_tree,$(S)/obj-shared)
 $(S)/obj-shared/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
@@ -233,6 +246,8 @@ check-shared:
 
 # A Debian package of the release interpreter, installed in
 # /opt/cpython-usdt: build/3.13/deb/cpython-usdt_<RELEASE>_<arch>.deb.
+# make check packages build/3.13/obj the same way, into build/3.13/deb-dev.
+TREES += deb deb-dev
 deb: release
 	tools/deb $(S)/release $(S)/deb
 
@@ -256,141 +271,12 @@ patch-queue: $(S)/stamps/prepare
 patch-export:
 	tools/patch-queue export
 
-# Benchmarks (docs/performance.md): (A) pristine without --with-dtrace,
-# (B) pristine with it, both built by the same driver and flags as (C) ours,
-# frame pointers and -fno-gcse included; (U) pristine built the upstream
-# way, without dtrace, frame pointers or -fno-gcse, for what our build's
-# flags cost.
-$(S)/bench-nodtrace/python: $(PRISTINE_INPUTS)
-	DTRACE=no PREFIX=$(PREFIX) tools/configure $(S)/bench-nodtrace $(CURDIR)/$(PRISTINE)
-	$(MAKE) -C $(S)/bench-nodtrace -j$(NPROC)
+include bench/bench.mk
 
-$(S)/bench-upstream/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no PREFIX=$(PREFIX) \
-		tools/configure $(S)/bench-upstream $(CURDIR)/$(PRISTINE)
-	$(MAKE) -C $(S)/bench-upstream -j$(NPROC)
-
-# The frame pointers' cost where it matters most, in release builds (PGO +
-# LTO, as python.org and the distributions build): pristine without dtrace,
-# with (FP) and without (NOFP) frame pointers; docs/framepointers-release.md.
-# release-pristine-fp2 is the same as release-pristine-fp, built a second
-# time: PGO's training run differs from build to build, and the two give
-# the noise that the release comparison must stay within (bench-release);
-# release-pristine-nofp2 is release-pristine-nofp's second training
-# (bench-framepointers-release-wall).
-$(S)/release-pristine-fp/python $(S)/release-pristine-fp2/python: \
-		$(S)/%/python: $(PRISTINE_INPUTS)
-	DTRACE=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(S)/$* $(CURDIR)/$(PRISTINE)
-	$(MAKE) -C $(S)/$* -j$(NPROC)
-
-$(S)/release-pristine-nofp/python $(S)/release-pristine-nofp2/python: \
-		$(S)/%/python: $(PRISTINE_INPUTS)
-	DTRACE=no FRAME_POINTERS=no LOOP_FLAGS=no OPTIMIZE=release PREFIX=$(PREFIX) \
-		tools/configure $(S)/$* $(CURDIR)/$(PRISTINE)
-	$(MAKE) -C $(S)/$* -j$(NPROC)
-
-# Instructions and wall time only (the armed phase needs dtrace).  A and B
-# are the same pristine frame-pointer build (there is no pristine release
-# build --with-dtrace), C is ours (`make release`): the Frame pointers
-# section's A/U is what our flags cost, C/U what the release build users
-# install costs against upstream's default.
-bench-framepointers-release: release $(S)/release-pristine-fp/python \
-		$(S)/release-pristine-nofp/python
-	tools/deps bench
-	/usr/bin/python3.11 bench/run.py --skip armed \
-		--python A=$(S)/release-pristine-fp/python \
-		--python B=$(S)/release-pristine-fp/python \
-		--python C=$(S)/release/python \
-		--python U=$(S)/release-pristine-nofp/python \
-		--out-json docs/framepointers-release.json \
-		--out-md docs/framepointers-release.md
-
-# Wall time only, each side trained twice: the four pairs across the sides
-# are what frame pointers cost release builds in wall time, the two pairs
-# within a side what a second PGO training alone moves (bench/wallpairs.py;
-# bench/analysis.md, "Release builds").  The JSON's role descriptions are
-# run.py's (A, B, C, U); wallpairs.py names each build by its directory.
-bench-framepointers-release-wall: $(S)/release-pristine-fp/python \
-		$(S)/release-pristine-fp2/python $(S)/release-pristine-nofp/python \
-		$(S)/release-pristine-nofp2/python
-	tools/deps bench
-	mkdir -p $(S)/bench-fp-wall
-	/usr/bin/python3.11 bench/run.py --skip instructions,armed --rounds 12 \
-		--python A=$(S)/release-pristine-fp/python \
-		--python B=$(S)/release-pristine-fp2/python \
-		--python C=$(S)/release-pristine-nofp2/python \
-		--python U=$(S)/release-pristine-nofp/python \
-		--out-json $(S)/bench-fp-wall/wall.json
-	/usr/bin/python3.11 bench/wallpairs.py $(S)/bench-fp-wall/wall.json \
-		--per-workload U
-
-# The release build's unarmed cost against its pristine peer built twice
-# (PGO differs from build to build; P2/P1 is that noise), in instructions
-# and interleaved wall time: docs/performance-release.md.
-bench-release: release $(S)/release-pristine-fp/python $(S)/release-pristine-fp2/python
-	tools/deps bench
-	/usr/bin/python3.11 bench/release.py \
-		--python P1=$(S)/release-pristine-fp/python \
-		--python P2=$(S)/release-pristine-fp2/python \
-		--python R=$(S)/release/python \
-		--out-json docs/performance-release.json \
-		--out-md docs/performance-release.md
-
-BENCH_BUILDS = $(S)/bench-nodtrace/python $(S)/pristine-obj/python \
-	$(S)/bench-upstream/python
-BENCH_PYTHONS = --python A=$(S)/bench-nodtrace/python \
-	--python B=$(S)/pristine-obj/python --python C=$(S)/obj/python \
-	--python U=$(S)/bench-upstream/python
-
-bench: build $(BENCH_BUILDS)
-	tools/deps bench
-	/usr/bin/python3.11 bench/run.py $(BENCH_PYTHONS) \
-		--out-json docs/performance.json --out-md docs/performance.md \
-		--out-png docs/performance.png
-
-# The probe watcher's idle wakeups and attach latency (docs/watcher.md).
-bench-watcher: build
-	/usr/bin/python3.11 bench/watcher.py $(S)/obj/python --out-md docs/watcher.md
-
-# Call speed before, while and after a tracer arms python:stacks__enable,
-# over arm/disarm cycles in one process (docs/stacks.md).
-bench-stacks: build
-	/usr/bin/python3.11 bench/stacks.py $(S)/obj/python \
-		--out-md docs/stacks.md --out-json docs/stacks.json
-
-# What pystack.py --native costs: BPF time per sample, and the traced
-# process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
-# frames (docs/whole-stacks.md).
-bench-whole-stacks: build
-	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python \
-		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
-	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python --depth 30 \
-		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth30.json
-	/usr/bin/python3.11 bench/whole_stacks.py $(S)/obj/python --depth 100 \
-		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth100.json
-
-# What each tool of python -m usdt.tools costs the process it traces
-# (docs/tools-cost.md; the JSON is installed for the tools' --help).
-bench-tools: build
-	/usr/bin/python3.11 bench/tools.py $(S)/obj/python \
-		--out-json overlay/Lib/usdt/tools-cost.json --out-md docs/tools-cost.md
-
-# Quick mode for development: fewer workloads and rounds; writes to build/.
-bench-quick: build $(BENCH_BUILDS)
-	tools/deps bench
-	mkdir -p $(S)/bench-quick
-	/usr/bin/python3.11 bench/run.py --quick $(BENCH_PYTHONS) \
-		--out-json $(S)/bench-quick/performance.json \
-		--out-md $(S)/bench-quick/performance.md \
-		--out-png $(S)/bench-quick/performance.png
-
+# clean removes the series' trees but src; distclean all of build/: every
+# series, the downloads, the pristine trees and the tracers' roots.
 clean:
-	rm -rf $(S)/obj $(S)/obj-ft $(S)/obj-shared $(S)/release $(S)/deb $(S)/deb-dev $(S)/pristine-obj $(S)/bench-nodtrace \
-		$(S)/bench-upstream $(S)/release-pristine-fp $(S)/release-pristine-fp2 $(S)/release-pristine-nofp $(S)/release-pristine-nofp2 $(S)/bench-fp-wall \
-		$(S)/stage $(S)/stamps
+	rm -rf $(addprefix $(S)/,$(TREES))
 
 distclean:
 	rm -rf $(B)

@@ -23,8 +23,11 @@ OPTIONAL_ROLES = ("U",)          # only in instructions and wall time, never arm
 
 def pinned_version(series=None):
     """The upstream version series/SERIES/pin pins (SERIES: $SERIES, else
-    3.13): the pristine interpreters' source."""
-    series = series or os.environ.get("SERIES") or "3.13"
+    the default that series/DEFAULT names): the pristine interpreters'
+    source."""
+    if not series:
+        with open(os.path.join(REPO, "series", "DEFAULT")) as f:
+            series = os.environ.get("SERIES") or f.read().strip()
     path = os.path.join(REPO, "series", series, "pin")
     with open(path) as f:
         for line in f:

@@ -15,10 +15,13 @@ import unittest
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(TOP, "build")
+# The series under test: SERIES as make exports it, or the default that
+# series/DEFAULT names (the Makefile and tools/lib.sh read it too).
+with open(os.path.join(TOP, "series", "DEFAULT")) as _f:
+    SERIES = os.environ.get("SERIES") or _f.read().strip()
 # The interpreter under test: tools/check exports it; default to our build.
 PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
-                        os.path.join(BUILD, os.environ.get("SERIES", "3.13"),
-                                     "obj", "python"))
+                        os.path.join(BUILD, SERIES, "obj", "python"))
 
 
 _bpftrace_module = None
@@ -289,8 +292,7 @@ REGISTRY_COLUMNS = ("provider", "name", "kind", "arguments", "upstream",
 
 def registry_path():
     """series/SERIES/probes.tsv, the probe registry."""
-    return os.path.join(TOP, "series", os.environ.get("SERIES", "3.13"),
-                        "probes.tsv")
+    return os.path.join(TOP, "series", SERIES, "probes.tsv")
 
 
 def registry():

@@ -5,7 +5,8 @@ import os
 import re
 import unittest
 
-from support import PYTHON, TOP, promised_probe_pairs, run, stapsdt_notes
+from support import (PYTHON, SERIES, TOP, promised_probe_pairs, run,
+                     stapsdt_notes)
 
 FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
                        "-mno-omit-leaf-frame-pointer")
@@ -13,8 +14,7 @@ FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
 
 def pinned_release():
     """RELEASE= of the series' pin: this build's own version."""
-    with open(os.path.join(TOP, "series", os.environ.get("SERIES", "3.13"),
-                           "pin")) as f:
+    with open(os.path.join(TOP, "series", SERIES, "pin")) as f:
         return re.search(r"^RELEASE=(\S+)$", f.read(), re.M).group(1)
 
 # Extension modules a complete standard library has on Debian, with the

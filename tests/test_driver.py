@@ -648,6 +648,10 @@ class CheckAllTest(unittest.TestCase):
         os.makedirs(tools)
         for name in ("lib.sh", "check-all"):
             shutil.copy2(os.path.join(TOP, "tools", name), tools)
+        # lib.sh's default series, for a run without make's SERIES.
+        os.mkdir(os.path.join(top, "series"))
+        shutil.copy2(os.path.join(TOP, "series", "DEFAULT"),
+                     os.path.join(top, "series"))
         for name, text in STANDINS.items():
             path = os.path.join(tools, name)
             with open(path, "w") as f:

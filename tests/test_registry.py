@@ -17,11 +17,10 @@ import os
 import re
 import unittest
 
-from support import PYTHON, TOP, registry, stapsdt_notes
+from support import PYTHON, SERIES, TOP, registry, stapsdt_notes
 
 USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
 HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
-SERIES = os.environ.get("SERIES", "3.13")
 PATCHES = os.path.join(TOP, "series", SERIES, "patches")
 TOOLS_PY = os.path.join(TOP, "overlay", "Lib", "usdt", "tools.py")
 # The patched tree that make prepared (upstream's own probe sites).

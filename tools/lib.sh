@@ -4,7 +4,9 @@
 set -euo pipefail
 
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SERIES=${SERIES:-3.13}
+# SERIES as make exports it, or, for a script run alone, the default that
+# series/DEFAULT names, the file the Makefile reads too.
+SERIES=${SERIES:-$(cat "$TOP/series/DEFAULT")}
 # BUILD holds what is shared between series: the downloads (dl/), the
 # private apt state (apt/) and the pristine trees, one per tarball
 # (pristine/SHA256/).  Each series' own trees (src, stage, obj, release,
