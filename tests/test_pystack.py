@@ -600,6 +600,38 @@ class PystackTest(unittest.TestCase):
         self.assertEqual(sum(expected.values()), 3)
         self.assertEqual(found, expected, stderr)
 
+    def test_duration_counts_from_attach(self):
+        # --duration S: the tool stops S seconds after bpftrace has
+        # attached (its ATTACHED_CLAUSE record), by itself, and prints.
+        # The workload collects every 20 ms; some collections are counted,
+        # and the attach record is there once.
+        workload = self.workload(textwrap.dedent("""\
+            import gc, time
+            print("ready", flush=True)
+            while True:
+                gc.collect(0)
+                time.sleep(0.02)
+            """))
+        target = start(self, [PYTHON, workload], stdout=subprocess.PIPE)
+        self.assertEqual(readline(target.stdout, 60, "the workload did "
+                                  "not say 'ready'"), "ready\n")
+        records = os.path.join(self.tmp, "records")
+        proc = run([TOOL_PYTHON, TOOL, "--probe",
+                    "usdt:PYTHON:python:gc__start", "--json", "--save",
+                    records, "--duration", "1", "-p", str(target.pid)],
+                   timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertGreater(sum(row["count"] for row in
+                               json.loads(proc.stdout)), 0, proc.stderr)
+        with open(records) as f:
+            kinds = [line.split(" ")[1] for line in f
+                     if line.startswith("PYSTACK ")]
+        self.assertEqual(kinds.count("B"), 1, kinds)
+        proc = run([TOOL_PYTHON, TOOL, "--probe", "x", "-p", "1",
+                    "--duration", "0"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--duration must be more than 0", proc.stderr)
+
     @staticmethod
     def wait_for(condition, tool, timeout=60):
         """Poll *condition* while the tool runs; False after *timeout* s."""

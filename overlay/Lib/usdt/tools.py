@@ -554,8 +554,12 @@ def run_pystack(args, pystack_args):
         # alloc's profiles have the objects too (--size).
         objects = (os.path.join(tmp, "objects")
                    if wanted and "--size" in pystack_args else None)
+        # -d counts from when bpftrace has attached (pystack.py knows),
+        # not from now: compiling takes seconds on a loaded machine.
         cmd = [sys.executable, script_path("pystack.py"), "--python",
                args.binary, "--output", output, *pystack_args,
+               *(["--duration", str(args.duration)]
+                 if args.duration is not None else []),
                *(["--also-folded", folded]
                  if wanted and folded != output else []),
                *(["--also-folded-objects", objects] if objects else []),
@@ -564,18 +568,13 @@ def run_pystack(args, pystack_args):
         copier = threading.Thread(target=forward_stderr,
                                   args=(proc.stderr, sys.stderr.buffer))
         copier.start()
-        deadline = (None if args.duration is None
-                    else time.monotonic() + args.duration)
         stopping = False
         try:
             while True:
                 try:
-                    timeout = (1 if stopping else None if deadline is None
-                               else max(0, deadline - time.monotonic()))
-                    proc.wait(timeout=timeout)
+                    proc.wait(timeout=1 if stopping else None)
                     break
                 except subprocess.TimeoutExpired:
-                    stopping = True
                     proc.send_signal(signal.SIGINT)
                 except KeyboardInterrupt:
                     stopping = True

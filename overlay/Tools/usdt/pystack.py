@@ -904,13 +904,21 @@ FILTER
 		}
 	}
 }
-
-END
-{
-	clear(@pystack_linked);
-}
 """
 MAX_LIBRARIES = 64
+
+
+# Printed once bpftrace has attached the program's probes: it attaches
+# them in the order of the program, so this last one comes after them
+# (the time --duration counts from).
+ATTACHED_CLAUSE = r"""
+interval:ms:20
+/@pystack_attached == 0/
+{
+	@pystack_attached = 1;
+	printf("PYSTACK B 0 %lu\n", nsecs);
+}
+"""
 
 
 # With --live: the hits of another probe that release a key.
@@ -975,6 +983,12 @@ def program(interp, args, probes, runner=None):
     if hold(interp, args):
         text += HOLD_CLAUSE.replace("HOLD_PROBES", ",\n".join(
             hold_probes(interp, runner)), 1)
+    text += ATTACHED_CLAUSE
+    # bpftrace prints every map when it exits; cleared, up to 0.23 as an
+    # empty line (stdout_exit_newlines()).  0.17 takes one END probe.
+    text += "\nEND\n{\n%s}\n" % "".join(
+        "\tclear(%s);\n" % name
+        for name in sorted(set(re.findall(r"@\w+", text))))
     if runner is None:
         return _bpftrace.while_loops(text)
     return runner.loops(text)
@@ -1363,7 +1377,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
-        if kind in ("C", "Y", "M"):
+        if kind in ("B", "C", "Y", "M"):
             continue
         if kind == "R":
             timeline.append((int(fields[3]), 1, int(fields[4])))
@@ -1993,9 +2007,11 @@ def forward_stderr(pipe, out, copy):
             out.flush()
 
 
-def run_threads(proc, threads, args, interp_path):
+def run_threads(proc, threads, args, interp_path, attached=None):
     """Start *threads*, and with --native the reader of the traced
-    process's mappings, and wait for bpftrace and them; its Symbolizer."""
+    process's mappings, and wait for bpftrace and them; its Symbolizer.
+    With --duration, stop bpftrace that long after the event *attached*
+    is set (and every second after: bpftrace 0.17 can lose a SIGINT)."""
     symbolizer = None
     if args.native:
         symbolizer = Symbolizer(interp_path)
@@ -2005,12 +2021,25 @@ def run_threads(proc, threads, args, interp_path):
             daemon=True))
     for thread in threads:
         thread.start()
+    duration = getattr(args, "duration", None)
+    deadline = None
     while True:
         try:
-            proc.wait()
+            timeout = None
+            if duration is not None:
+                if deadline is None and attached is not None and (
+                        attached.is_set()):
+                    deadline = time.monotonic() + duration
+                timeout = (0.05 if deadline is None
+                           else max(0, deadline - time.monotonic()))
+            proc.wait(timeout=timeout)
             for thread in threads:
                 thread.join()
             break
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                proc.send_signal(signal.SIGINT)
+                deadline += 1
         except KeyboardInterrupt:
             # Ctrl-C, or SIGINT or SIGTERM to this process: bpftrace
             # stops on SIGINT (twice does no harm), and prints.
@@ -2028,8 +2057,8 @@ def stdout_exit_newlines(text, runner):
     """The empty lines that bpftrace ends the stdout of program *text*
     with: STDOUT_EXIT_NEWLINES, and up to 0.23 one more per map, which it
     prints when it exits even if cleared (0.17 and 0.23 seen; 0.27 does
-    not).  LINKED_CLAUSE's @pystack_linked is the one map of the
-    program."""
+    not): @pystack_attached (ATTACHED_CLAUSE), and with --native
+    @pystack_linked (LINKED_CLAUSE)."""
     maps = len(set(re.findall(r"@\w+", text)))
     if runner is not None and runner.version is not None and (
             runner.version[:2] >= (0, 24)):
@@ -2040,7 +2069,7 @@ def stdout_exit_newlines(text, runner):
 RECORD_LINE = re.compile(rb"(?:PYSTACK [A-Z] |Lost \d+ events)[^\n]*\n")
 
 
-def split_records(pipe, command_fd, path, records):
+def split_records(pipe, command_fd, path, records, attached=None):
     """Copy bpftrace's stdout: its records to the file *path* (flushed as
     they come, for --save) and to the queue *records* (for follow()),
     the rest (the -c command's output, which shares bpftrace's stdout) to
@@ -2048,7 +2077,8 @@ def split_records(pipe, command_fd, path, records):
     writes each record with one write() of less than PIPE_BUF bytes, so a
     record is whole and lies between two of the command's writes: taken
     out, the command's bytes are left as it wrote them.  What may be the
-    start of a record at the end of a read waits for the next read."""
+    start of a record at the end of a read waits for the next read.  The
+    event *attached* is set at ATTACHED_CLAUSE's record."""
     held = b""
     with open(path, "wb") as saved, open(command_fd, "wb",
                                          buffering=0) as command:
@@ -2084,6 +2114,9 @@ def split_records(pipe, command_fd, path, records):
                 saved.flush()
                 for line in found:
                     records.put(line)
+                    if attached is not None and line.startswith(
+                            b"PYSTACK B "):
+                        attached.set()
             text = b"".join(rest)
             if text:
                 command.write(text)
@@ -2139,11 +2172,12 @@ def run_bpftrace(text, args, runner, interp, probes=()):
         records = queue.SimpleQueue()
         command_out, command_in = os.pipe()
         codes = CodeReader(interp, args.co_name, args.strlen)
+        attached = threading.Event()
         with open(command_out, "rb") as command_output:
             threads = [
                 threading.Thread(target=split_records,
                                  args=(proc.stdout, command_in, output,
-                                       records)),
+                                       records, attached)),
                 # Without -o, bpftrace ends its stdout with two empty
                 # lines (0.17, 0.23 and 0.27 seen; with -o, 0.27 does not).
                 threading.Thread(target=_bpftrace.forward_stdout,
@@ -2155,7 +2189,8 @@ def run_bpftrace(text, args, runner, interp, probes=()):
                 threading.Thread(target=follow,
                                  args=(proc, records, codes, interp_path,
                                        hold(interp, args)))]
-            symbolizer = run_threads(proc, threads, args, interp_path)
+            symbolizer = run_threads(proc, threads, args, interp_path,
+                                     attached)
         proc.stdout.close()
         proc.stderr.close()
         codes.close()
@@ -2487,6 +2522,11 @@ def main(argv=None):
                         help="name the bpftrace used and its version, and "
                         "show the warnings of it that are known to be "
                         "harmless (left out, and counted, without -v)")
+    parser.add_argument("--duration", type=float, metavar="SECONDS",
+                        help="stop tracing SECONDS after bpftrace has "
+                        "attached its probes (as Ctrl-C would): the time "
+                        "bpftrace takes to compile and attach, seconds "
+                        "on a loaded machine, is not taken from it")
     parser.add_argument("--print-program", action="store_true",
                         help="print the bpftrace program and exit")
     parser.add_argument("--save", metavar="FILE",
@@ -2533,6 +2573,8 @@ def main(argv=None):
             parser.error("--max-native must be 1 to 1024")
         if args.strlen < 2:
             parser.error("--strlen must be 2 or more")
+        if args.duration is not None and not args.duration > 0:
+            parser.error("--duration must be more than 0 seconds")
         python = resolve_python(args)
         interp = Interpreter(python)
         probes = [expand_probe(p, interp.path) for p in args.probe]
