@@ -523,7 +523,26 @@ NATIVE
 		}
 	}
 	for ($batch : 0..FRAME_BATCHES) {
-		$f0 = (uint64)uptr(0);
+PYTHON_FRAMES
+		printf("PYSTACK F %d %lu %d %d %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx\n",
+		       tid, $event, pid, $batch, $f0, $w0, $f1, $w1, $f2, $w2, $f3,
+		       $w3, $f4, $w4, $f5, $w5, $f6, $w6, $f7, $w7);
+		if ($frame == 0) {
+			break;
+		}
+	}
+	$more = (($frame - 1) >> 63) ^ 1;
+	printf("PYSTACK D %d %lu %d %d %d\n", tid, $event, MAX_DEPTH, $more,
+	       $top);
+	printf("PYSTACK Z %d %lu 0 %lu %lu %lu\n", tid, $event,
+	       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
+}
+"""
+
+
+# One frame of PROGRAM's walk, eight times per record (PYTHON_FRAMES):
+# $fK, $wK for K in 0-7.
+PYTHON_FRAME = r"""		$f0 = (uint64)uptr(0);
 		$w0 = (uint64)uptr(0);
 		if ($frame != 0) {
 			$code = $h.executable;
@@ -542,154 +561,31 @@ NATIVE
 				}
 			}
 		}
-		$f1 = (uint64)uptr(0);
-		$w1 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f1 = $code;
-			$w1 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w1 = $w1 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f2 = (uint64)uptr(0);
-		$w2 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f2 = $code;
-			$w2 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w2 = $w2 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f3 = (uint64)uptr(0);
-		$w3 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f3 = $code;
-			$w3 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w3 = $w3 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f4 = (uint64)uptr(0);
-		$w4 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f4 = $code;
-			$w4 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w4 = $w4 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f5 = (uint64)uptr(0);
-		$w5 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f5 = $code;
-			$w5 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w5 = $w5 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f6 = (uint64)uptr(0);
-		$w6 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f6 = $code;
-			$w6 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w6 = $w6 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		$f7 = (uint64)uptr(0);
-		$w7 = (uint64)uptr(0);
-		if ($frame != 0) {
-			$code = $h.executable;
-			$f7 = $code;
-			$w7 = (($h.instr_ptr - ($code + CO_CODE_ADAPTIVE)) << 33) |
-			    (uint64)*uptr((uint32 *)($code + CO_VERSION));
-			$frame = $h.previous;
-			if ($frame != 0) {
-				$h = *uptr((struct pystack_frame *)$frame);
-				if ($h.owner == FRAME_OWNED_BY_CSTACK) {
-					$w7 = $w7 | 0x100000000;
-					$frame = $h.previous;
-					if ($frame != 0) {
-						$h = *uptr((struct pystack_frame *)$frame);
-					}
-				}
-			}
-		}
-		printf("PYSTACK F %d %lu %d %d %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx\n",
-		       tid, $event, pid, $batch, $f0, $w0, $f1, $w1, $f2, $w2, $f3,
-		       $w3, $f4, $w4, $f5, $w5, $f6, $w6, $f7, $w7);
-		if ($frame == 0) {
-			break;
-		}
-	}
-	$more = (($frame - 1) >> 63) ^ 1;
-	printf("PYSTACK D %d %lu %d %d %d\n", tid, $event, MAX_DEPTH, $more,
-	       $top);
-	printf("PYSTACK Z %d %lu 0 %lu %lu %lu\n", tid, $event,
-	       (uint64)(WEIGHT), (uint64)(KEY), (uint64)(SIZE));
-}
 """
 
+# One frame pointer of NATIVE_WALK, eight times per record
+# (NATIVE_FRAMES): $aK for K in 0-7.
+NATIVE_FRAME = r"""		$a0 = $ip;
+		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
+		if ($bp > 0xffff) {
+			$ip = *uptr((uint64 *)($bp + 8));
+			$next = *uptr((uint64 *)$bp);
+		}
+		$bp = $next * ((($bp - $next) >> 63) & 1);
+"""
+
+
+def unrolled(template, names):
+    """*template* eight times, its variables (names ending in 0) renamed
+    to end in 1 to 7: the frames of a record, written out (bpftrace's
+    loops take no arrays)."""
+    text = []
+    for k in range(8):
+        frame = template
+        for name in names:
+            frame = frame.replace(name + "0", name + str(k))
+        text.append(frame)
+    return "".join(text)
 
 def macros(interp, args):
     """The #define lines of the program: every offset it uses, by name."""
@@ -786,62 +682,7 @@ NATIVE_WALK = r"""
 	$ip = (uint64)uptr($regs->ip) * $user;
 	$bp = (uint64)uptr($regs->bp) * $user;
 	for ($batch : 0..NATIVE_BATCHES) {
-		$a0 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a1 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a2 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a3 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a4 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a5 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a6 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
-		$a7 = $ip;
-		$ip = (uint64)uptr(0); $next = (uint64)uptr(0);
-		if ($bp > 0xffff) {
-			$ip = *uptr((uint64 *)($bp + 8));
-			$next = *uptr((uint64 *)$bp);
-		}
-		$bp = $next * ((($bp - $next) >> 63) & 1);
+NATIVE_FRAMES
 		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
 		       tid, $event, $batch, $a0, $a1, $a2, $a3, $a4, $a5, $a6,
 		       $a7);
@@ -958,6 +799,10 @@ def program(interp, args, probes, runner=None):
     if getattr(args, "native", False):
         native = NATIVE_WALK
     text = text.replace("NATIVE\n", native, 1)
+    text = text.replace("PYTHON_FRAMES\n",
+                        unrolled(PYTHON_FRAME, ("$f", "$w")), 1)
+    text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a",)),
+                        1)
     if native and interp.debug_slot is not None:
         text += LINKED_CLAUSE.replace("PROBES\n", probe_lines, 1).replace(
             "FILTER\n", where, 1)
