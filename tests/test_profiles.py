@@ -13,6 +13,7 @@ and fail under CI.
 """
 
 import collections
+import fractions
 import functools
 import gzip
 import http.server
@@ -302,11 +303,14 @@ def shown_value(text):
     match = re.fullmatch(r"([\d.]+) ?(\S*)", text.strip())
     number, unit = match.groups()
     factor = SHOWN_UNITS[unit]
+    # Fractions, exact: a value on the boundary, 8125 ns shown "8.13ms"
+    # (8130 +- 5), is in, which floats (8130.000000000001) put out.
     if "." not in number:
-        return int(number) * factor, (0 if factor == 1 else factor / 2)
+        return int(number) * factor, (0 if factor == 1
+                                      else fractions.Fraction(factor, 2))
     decimals = len(number.partition(".")[2])
-    return (float(number) * factor,
-            factor * 0.5 * 10 ** -decimals)
+    return (fractions.Fraction(number) * factor,
+            fractions.Fraction(factor, 2 * 10 ** decimals))
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -833,11 +833,16 @@ def program(interp, args, probes, runner=None):
     # empty line (stdout_exit_newlines()).  0.17 takes one END probe.
     text += "\nEND\n{\n%s}\n" % "".join(
         "\tclear(%s);\n" % name
-        for name in sorted(set(re.findall(r"@\w+", text))))
+        for name in program_maps(text))
     if runner is None:
         return _bpftrace.while_loops(text)
     return runner.loops(text)
 
+
+def program_maps(text):
+    """The maps of the bpftrace program *text*, sorted: what its END
+    block clears and bpftrace prints at exit (stdout_exit_newlines())."""
+    return sorted(set(re.findall(r"@\w+", text)))
 
 def hold(interp, args):
     """Whether the program stops the -c command before it finalizes."""
@@ -1904,7 +1909,7 @@ def stdout_exit_newlines(text, runner):
     prints when it exits even if cleared (0.17 and 0.23 seen; 0.27 does
     not): @pystack_attached (ATTACHED_CLAUSE), and with --native
     @pystack_linked (LINKED_CLAUSE)."""
-    maps = len(set(re.findall(r"@\w+", text)))
+    maps = len(program_maps(text))
     if runner is not None and runner.version is not None and (
             runner.version[:2] >= (0, 24)):
         maps = 0
