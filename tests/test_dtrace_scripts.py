@@ -46,6 +46,7 @@ from support import (PYTHON, TOP, Hang, PtraceWatch, Semaphore,
 DTRACE = os.path.join(TOP, "tools", "dtrace")
 USDT = bt.USDT
 HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
+TOOLKIT = os.path.join(TOP, "overlay", "Doc", "howto", "usdt-tools.rst")
 # Runs of DTrace at once: its start-up is mostly CPU.
 PARALLEL = int(os.environ.get("DTRACE_PARALLEL", "3"))
 TIMEOUT = 600
@@ -504,8 +505,10 @@ def script(name):
 # The DTrace commands of the howto: "$ sudo dtrace ..." and the lines that
 # continue it, as a shell would read them, with $PY the interpreter.
 def howto_commands():
-    with open(HOWTO) as f:
-        lines = f.read().splitlines()
+    lines = []
+    for page in (HOWTO, TOOLKIT):
+        with open(page) as f:
+            lines += f.read().splitlines()
     commands = []
     i = 0
     while i < len(lines):

@@ -1376,7 +1376,8 @@ class PystatTest(UsdtScriptTestCase):
 
 # Where the documentation advises BPFTRACE_STRLEN values.
 ADVICE = [os.path.join(TOP, "README.md"),
-          os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")]
+          os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst"),
+          os.path.join(TOP, "overlay", "Doc", "howto", "usdt-tools.rst")]
 # The scripts that print the workload's file name, and how they print it.
 PRINTS_FILENAME = {"call_stack.bt": os.path.basename,
                    "top-functions.bt": lambda path: path,
@@ -1557,7 +1558,7 @@ class PyprofileTest(UsdtScriptTestCase):
         found = re.search(r"awk '(.*?)' stacks\.txt", header, re.S)
         self.assertIsNotNone(found, "no awk command in pyprofile.bt")
         with open(os.path.join(TOP, "overlay", "Doc", "howto",
-                               "instrumentation.rst")) as f:
+                               "usdt-tools.rst")) as f:
             howto = " ".join(f.read().split())
         self.assertIn("awk '%s' stacks.txt" % " ".join(found.group(1).split()),
                       howto, "the howto folds otherwise")

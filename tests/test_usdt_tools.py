@@ -171,7 +171,7 @@ class FrontDoorTest(ToolsTestCase):
                                            slowdown, workload),
                           listed.get(name, ""), (tool, workload))
         with open(os.path.join(TOP, "overlay", "Doc", "howto",
-                               "instrumentation.rst")) as f:
+                               "usdt-tools.rst")) as f:
             howto = re.findall(r"^``([\w -]+)``\s+(\w+)\s+×([\d.]+)\s*$",
                                f.read(), re.M)
         self.assertEqual(howto, rows)

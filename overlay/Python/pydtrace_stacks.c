@@ -48,7 +48,7 @@
  * them instead of taking a new arena each time (which is what
  * _PyPerfTrampoline_Init(1) does).
  *
- * Limits (docs: "Python stacks" in Doc/howto/instrumentation.rst): the main
+ * Limits (docs: "Python stacks" in Doc/howto/usdt-tools.rst): the main
  * interpreter only, as -X perf (the trampoline's state is process-wide);
  * not in the free-threaded build, where 3.13's trampoline compiler is not
  * thread-safe; not while another PEP 523 frame evaluator is installed; and

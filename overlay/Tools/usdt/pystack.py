@@ -26,7 +26,7 @@ Needs root and bpftrace (0.17 tested); runs under any Python 3.
 Output: counts per stack, most frequent first, innermost frame first
 (like bpftrace's ustack); with --folded, one line per stack,
 "root;...;innermost count", for python -m usdt.flamegraph.  See "Python
-stacks" in Doc/howto/instrumentation.rst.
+stacks" in Doc/howto/usdt-tools.rst.
 
 With --native, whole stacks: the native frames, walked in BPF through
 the frame pointers, with each activation of the interpreter loop
@@ -2297,7 +2297,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Count the Python stacks of the threads that hit a "
         "bpftrace probe (see \"Python stacks\" in "
-        "Doc/howto/instrumentation.rst).",
+        "Doc/howto/usdt-tools.rst).",
         epilog="Cost (make bench-whole-stacks, docs/whole-stacks.md; "
         "2-core VM, quiet): BPF time per sample about 10 us at 30 Python "
         "frames and 15 us at 100, with or without --native (about 5 us of "
