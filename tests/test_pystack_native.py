@@ -636,6 +636,17 @@ class ToolsTest(NativeStacksBase):
         self.assertIn("--max-depth must be 1 to 512", proc.stderr)
         self.assertNotIn("Bytes allocated", proc.stdout)
 
+    def test_pid_of_no_process(self):
+        # -p of a process that has ended: one line that says so, not a
+        # traceback (it was a FileNotFoundError of /proc/PID/exe).
+        gone = subprocess.Popen([PYTHON, "-c", "pass"])
+        gone.wait()
+        proc = run([PYTHON, base.TOOL, "--probe", "profile:hz:99",
+                    "-p", str(gone.pid)], timeout=60)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("pystack: no process %d\n" % gone.pid, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+
 
 def remove_perf_map(pid):
     """Remove /tmp/perf-PID.map, if the process wrote one."""

@@ -133,8 +133,10 @@ def check_pid(pid, binary):
         exe = os.readlink("/proc/%d/exe" % pid)
     except FileNotFoundError:
         raise Error("no process %d" % pid) from None
-    except PermissionError:
-        raise Error("cannot read /proc/%d/exe: run as root" % pid) from None
+    except OSError as error:
+        raise Error("cannot read /proc/%d/exe: %s%s" % (
+            pid, error.strerror,
+            "" if os.geteuid() == 0 else " (run as root)")) from None
     try:
         with open("/proc/%d/maps" % pid) as f:
             mapped = {line.split(None, 5)[5].rstrip("\n")

@@ -1827,7 +1827,16 @@ def resolve_python(args):
     if args.python:
         return args.python
     if args.pid is not None:
-        return "/proc/%d/exe" % args.pid
+        path = "/proc/%d/exe" % args.pid
+        try:
+            os.readlink(path)
+        except FileNotFoundError:
+            raise Error("no process %d" % args.pid) from None
+        except OSError as error:
+            raise Error("cannot read %s: %s%s" % (
+                path, error.strerror,
+                "" if os.geteuid() == 0 else " (run as root)")) from None
+        return path
     if args.command:
         word = args.command.split(" ")[0]
         path = shutil.which(word) if "/" not in word else word
