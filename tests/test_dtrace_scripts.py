@@ -950,10 +950,22 @@ class PystatTest(DTraceTestCase):
     @classmethod
     def drive(cls, target, tracer):
         """pystat.d attached with -p: what test_usdt_scripts' PystatTest
-        does with pystat.bt.  Pings until the probes fire, waits for an
-        idle second, asks for a burst, reads until its threads have
-        stopped and two seconds more, then stops DTrace with SIGINT.  The
+        does with pystat.bt, except that the burst starts no threads (the
+        -c run counts those).  Pings until the probes fire, waits for an
+        idle second, asks for the burst, reads until its exceptions are
+        counted and two rows more, then stops DTrace with SIGINT.  The
         Session's stdout holds the rows from the burst on.
+
+        The burst starts no threads because DTrace for Linux 2.0.7,
+        attached with -p, leaves a thread the process starts stopped under
+        ptrace now and then (state t, ptrace_stop) until DTrace ends: in
+        2 of 10 runs of 5 threads here with CPUs busy, and in the first
+        run of every CI rehearsal of three, whose retry hung again once
+        (stop 45).  Ending DTrace let the thread run.  The likely cause,
+        read in DTrace's source (libproc/Pcontrol.c, ignored_child_wait()):
+        it detaches each new thread after a waitpid() that gives up on
+        EINTR, as it compares errno with -EINTR, and DTrace's threads
+        signal its control thread.  The howto says so.
 
         DTrace for Linux 2.0.7 skips a tick-1s that finds its CPU idle
         (pystat.d says so; here rows came a minute apart, and a run
@@ -1031,9 +1043,9 @@ class PystatTest(DTraceTestCase):
             raise AssertionError("the process does not stay idle: %r"
                                  % lines[-10:])
         burst = len(lines)
-        command("burst")
+        command("burst without threads")
         deadline = time.monotonic() + 120
-        while sum(r["THR_STOP"] for r in rows(burst)) < 5:
+        while sum(r["EXC_RAISED"] for r in rows(burst)) < 7:
             wait_row(len(lines), deadline)
             time.sleep(0.5)
         count = len(rows(burst))
@@ -1061,13 +1073,14 @@ class PystatTest(DTraceTestCase):
                 for column in self.COLUMNS}
 
     def test_columns_add_up(self):
-        # -p: only the burst, as pystat.bt's test counts it.
+        # -p: only the burst, as pystat.bt's test counts it, without its
+        # threads (see drive()).
         total = self.totals(self.session("pystat.d -p"))
-        self.assertEqual(total["THR_START"], 5, total)
-        self.assertEqual(total["THR_STOP"], 5, total)
+        self.assertEqual(total["THR_START"], 0, total)
+        self.assertEqual(total["THR_STOP"], 0, total)
         self.assertEqual(total["EXC_RAISED"], 7, total)
         self.assertGreaterEqual(total["GC"], 3, total)
-        self.assertGreaterEqual(total["PY_CALLS"], 200 + 5 + 5, total)
+        self.assertGreaterEqual(total["PY_CALLS"], 200 + 7, total)
         self.assertGreaterEqual(total["C_CALLS"], 3 + 1, total)
         # -c: the whole program, start-up included, whose threads are the
         # burst's only.

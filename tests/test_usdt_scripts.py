@@ -1255,7 +1255,8 @@ class TasksTest(UsdtScriptTestCase):
         self.assertGreaterEqual(maxima["main"], maxima["eager_child"])
 
 
-# pystat's workload: works on request ("ping", "burst") from stdin.
+# pystat's workload: works on request ("ping", "burst", "burst without
+# threads") from stdin.
 PYSTAT_WORKLOAD = """\
     import gc, sys, threading
 
@@ -1273,11 +1274,12 @@ PYSTAT_WORKLOAD = """\
         if command == "ping\\n":
             f()
             raise_one()
-        elif command == "burst\\n":
-            for _ in range(5):
-                thread = threading.Thread(target=f)
-                thread.start()
-                thread.join()
+        elif command in ("burst\\n", "burst without threads\\n"):
+            if command == "burst\\n":
+                for _ in range(5):
+                    thread = threading.Thread(target=f)
+                    thread.start()
+                    thread.join()
             for _ in range(200):
                 f()
             for _ in range(7):
