@@ -613,16 +613,6 @@ def tracer_required():
         "REQUIRE_TRACER", "") not in ("", "0")
 
 
-def assert_tool_refused_free_threaded(testcase, proc):
-    """A usdt.tools run *proc* on the free-threaded PYTHON: pystack.py's
-    walker refuses the build, and the tool says only that, exiting 2."""
-    testcase.assertEqual(proc.returncode, 2, proc.stderr)
-    testcase.assertEqual(proc.stderr.splitlines()[-1],
-                         "pystack: %s is a free-threaded build: not "
-                         "supported (its frames and code objects are not "
-                         "checked)" % PYTHON)
-
-
 def tracer_unusable(reason, tracer="bpftrace"):
     """Raise for a test that cannot run because the tracer (bpftrace, or
     DTrace) cannot trace here (missing, not root, cannot attach): SkipTest

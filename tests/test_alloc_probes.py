@@ -24,8 +24,7 @@ import time
 import unittest
 
 from support import (Bpftrace, PYTHON, Semaphore, TOP, bpftrace_env,
-                     assert_tool_refused_free_threaded, free_threaded,
-                     iter_lines, pystack_filename, readline, start,
+                     free_threaded, iter_lines, pystack_filename, readline, start,
                      tracer_unusable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -167,10 +166,6 @@ class AllocProbes(unittest.TestCase):
         self.assertLess(ratio, 9, crossed)
 
 
-@unittest.skipIf(free_threaded(),
-                 "pystack.py refuses the free-threaded build (its frames "
-                 "and code objects are not checked): test_pystack checks "
-                 "the refusal")
 class PerSite(unittest.TestCase):
     """pystack.py --weight arg2 at otel_memory:alloc: the bytes allocated
     per Python stack (in-BPF walker), against tracemalloc per line."""
@@ -253,13 +248,6 @@ class ToolTables(unittest.TestCase):
             [PYTHON, "-m", "usdt.tools", "alloc", "--top", "1000", *options,
              "-c", "%s %s" % (PYTHON, SITES)],
             capture_output=True, text=True, env=env, timeout=600)
-        if free_threaded():
-            # The probes fire there, but the tool refuses the build (no
-            # Python stacks), with no table.
-            assert_tool_refused_free_threaded(self, proc)
-            self.assertNotIn("Bytes ", proc.stdout)
-            self.skipTest("usdt.tools alloc refuses the free-threaded "
-                          "build, with pystack.py's reason (checked)")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         truth = {}
         tables = {}

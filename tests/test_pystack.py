@@ -24,8 +24,8 @@ import textwrap
 import time
 import unittest
 
-from support import (PYTHON, TOP, bpftrace_module, free_threaded, readline,
-                     require_bpftrace, run, start, stapsdt_notes,
+from support import (PYTHON, TOP, free_threaded,
+                     readline, require_bpftrace, run, start, stapsdt_notes,
                      tracer_unusable)
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
@@ -479,6 +479,12 @@ class PystackTest(unittest.TestCase):
         # line: each frame has the line of its own code object, or is
         # [code object gone] when that was freed before the tool could
         # read it, never another one's line.
+        if free_threaded():
+            self.skipTest("the free-threaded build frees code objects "
+                          "only in its collector, which the workload "
+                          "keeps off (deferred reference counts; and "
+                          "3.13 makes them immortal once a thread has "
+                          "started, gh-117696): no address is reused")
         workload = self.workload(REUSE)
         expected_path = os.path.join(self.tmp, "expected.json")
         reused_path = os.path.join(self.tmp, "reused.json")
@@ -516,6 +522,8 @@ class PystackTest(unittest.TestCase):
         # The thread that takes the GIL back after time.sleep(); the
         # gil__take__start marker where the build has it, else a uprobe
         # on take_gil().
+        if free_threaded():
+            self.skipTest("the free-threaded build takes no GIL")
         if any(provider == "python" and name == "gil__take__start"
                for provider, name, _ in stapsdt_notes(PYTHON)):
             probe = "usdt:PYTHON:python:gil__take__start"
@@ -677,12 +685,6 @@ class PystackOffsetsTest(unittest.TestCase):
             print(json.dumps([i.version, i.runtime_vaddr, i.tls_offset,
                               i.text_vaddr]))
             """), os.path.dirname(TOOL), PYTHON])
-        if free_threaded():
-            # Refused, with the reason (the howto's "Python stacks").
-            self.assertNotEqual(proc.returncode, 0)
-            self.assertIn("is a free-threaded build: not supported",
-                          proc.stderr)
-            return
         self.assertEqual(proc.returncode, 0, proc.stderr)
         version, runtime, tls, text = json.loads(proc.stdout)
         proc = run([PYTHON, "-c", "import sys; print(sys.hexversion)"])

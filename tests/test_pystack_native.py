@@ -213,9 +213,6 @@ class NativeStacksBase(unittest.TestCase):
 
     def setUp(self):
         require_bpftrace(self)
-        if free_threaded():
-            self.skipTest("pystack.py refuses free-threaded builds "
-                          "(test_pystack checks that it says so)")
         self.tmp = tempfile.mkdtemp(prefix="pystack-native")
         self.addCleanup(shutil.rmtree, self.tmp)
 
@@ -398,9 +395,6 @@ class AttachTest(unittest.TestCase):
 
     def setUp(self):
         require_bpftrace(self)
-        if free_threaded():
-            self.skipTest("pystack.py refuses free-threaded builds "
-                          "(test_pystack checks that it says so)")
         self.tmp = tempfile.mkdtemp(prefix="pystack-native")
         self.addCleanup(shutil.rmtree, self.tmp)
 
@@ -514,6 +508,9 @@ class AttachTest(unittest.TestCase):
         # stacks__enable alone: the trampoline wraps the calls made after
         # it was armed (middle, leaf), not outer; the merged stacks have
         # them all, once each.
+        if free_threaded():
+            self.skipTest("the free-threaded build has no stack trampoline "
+                          "for the marker")
         rows, stderr = self.sample("-X", "dtrace_stacks", arm=True)
         self.check_trampolines(rows, stderr)
 
@@ -813,12 +810,70 @@ class MergeTest(unittest.TestCase):
         self.assertFalse(symbolizer.read_after(os.getpid() + 1, before))
 
 
+# usage: PYTHON -c OBJECT_HEADER PYSTACK: CodeReader's alive() and
+# immortal() of this process's own objects, as "name alive immortal"
+# lines: a live code object, None, and the code object once freed (with
+# its header's bytes from ob_type on, before and after, which must be
+# equal: not another object's since).  No thread is started, which in
+# the free-threaded build would make code objects immortal (gh-117696).
+OBJECT_HEADER = textwrap.dedent("""\
+    import gc, importlib.util, os, sys, weakref
+    spec = importlib.util.spec_from_file_location("pystack", sys.argv[1])
+    pystack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pystack)
+    reader = pystack.CodeReader(pystack.Interpreter(sys.executable))
+    print("build", reader.header.build)
+    namespace = {}
+    exec(compile("def f():\\n    pass\\n", "<header>", "exec"), namespace)
+    code = namespace.pop("f").__code__
+    address = id(code)
+    after_type = reader.header.ob_type
+    with open("/proc/self/mem", "rb", buffering=0) as mem:
+        def show(name, address, *checks):
+            raw = os.pread(mem.fileno(), 32, address)
+            print(name, *(check(raw) for check in checks))
+            return raw[after_type:]
+        both = reader.alive, reader.immortal
+        before = show("code", address, *both)
+        show("None", id(None), *both)
+        gone = weakref.ref(code)
+        del code, namespace
+        # The free-threaded build frees code objects in its collector
+        # (deferred reference counts).
+        gc.collect()
+        print("freed", gone() is None)
+        # (immortal() means nothing of a freed block: the tool asks it
+        # only of a live object.)
+        print("same", show("freed", address, reader.alive) == before)
+    """)
+
+
+class ObjectHeaderTest(unittest.TestCase):
+    """CodeReader's reading of an object's header, in the memory of a
+    process of the build under test (each build has its own header): a
+    live code object is alive and not immortal, None is immortal, and a
+    code object freed since is not alive."""
+
+    def test_alive_immortal_freed(self):
+        proc = run([PYTHON, "-c", OBJECT_HEADER, base.TOOL], timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout.splitlines(), [
+            "build %s" % ("free-threaded" if free_threaded() else "default"),
+            "code True False",
+            "None True True",
+            "freed True",
+            "freed False",
+            "same True"])
+
+
 class RefusalTest(unittest.TestCase):
     """What --native refuses, in one line."""
 
-    def test_free_threaded_refused_with_reason(self):
+    def test_header_of_another_build_refused_with_reason(self):
         # A copy of the interpreter whose _Py_DebugOffsets say that it is
-        # free-threaded (the field after the version).
+        # of the other build (the field after the version): its objects'
+        # header (ob_type's offset) is not that build's, and CodeReader
+        # would misread which code objects are alive.
         with open(PYTHON, "rb") as f:
             data = bytearray(f.read())
         cookies = []
@@ -828,7 +883,8 @@ class RefusalTest(unittest.TestCase):
                 cookies.append(i)
             i = data.find(b"xdebugpy", i + 1)
         self.assertEqual(len(cookies), 1, cookies)
-        data[cookies[0] + 16:cookies[0] + 24] = (1).to_bytes(8, "little")
+        other = 0 if free_threaded() else 1
+        data[cookies[0] + 16:cookies[0] + 24] = other.to_bytes(8, "little")
         with tempfile.TemporaryDirectory() as tmp:
             copy = os.path.join(tmp, "python")
             with open(copy, "wb") as f:
@@ -837,9 +893,10 @@ class RefusalTest(unittest.TestCase):
                         "BEGIN", "--python", copy, "--print-program"])
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertEqual(proc.stderr,
-                         "pystack: %s is a free-threaded build: not "
-                         "supported (its frames and code objects are not "
-                         "checked)\n" % copy)
+                         "pystack: %s: its objects' header is not the one "
+                         "this tool knows for a %s build (ob_type at %d, "
+                         "not %d)\n" % ((copy, "default", 24, 8) if other == 0
+                                       else (copy, "free-threaded", 8, 24)))
 
     def test_max_native_out_of_range(self):
         for value in ("0", "1025"):

@@ -12,8 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from support import (PYTHON, free_threaded, readline, require_bpftrace,
-                     run, start)
+from support import PYTHON, readline, require_bpftrace, run, start
 
 
 def ignore_sigint():
@@ -54,8 +53,6 @@ class IgnoredSigintTest(unittest.TestCase):
 
     def test_pystack_tool_ends_at_d(self):
         # profile: usdt.tools stops pystack.py, which stops bpftrace.
-        if free_threaded():
-            self.skipTest("pystack.py refuses the free-threaded build")
         proc = self.tool("profile")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn(";work (%s:2) " % self.workload, proc.stdout)

@@ -122,6 +122,9 @@ THREAD_SIZE = 16384
 DEFAULT_STRLEN = 128
 
 RECORD = "PYSTACK"
+# The name of run_eval_code_obj's caller when the -c hold's uretprobe hid
+# its return address and the caller could not be told (run_eval_caller()).
+RUN_EVAL_CALLER = "[run_eval_code_obj's caller]"
 
 
 def _load_runner():
@@ -265,9 +268,19 @@ class Interpreter:
         self.offsets = dict(zip(layout, values))
         self.version = version
         self.series = series
-        if self.offsets["free_threaded"]:
-            raise Error("%s is a free-threaded build: not supported (its "
-                        "frames and code objects are not checked)" % path)
+        self.free_threaded = bool(self.offsets["free_threaded"])
+        # The object header (Include/object.h), which CodeReader reads to
+        # tell a live code object from a freed block: ob_type comes after
+        # the reference count in the default build, and after the owning
+        # thread, the lock, the GC bits and the two counts in the
+        # free-threaded one.
+        header = ObjectHeader.of(self.free_threaded)
+        if self.offsets["pyobject.ob_type"] != header.ob_type:
+            raise Error("%s: its objects' header is not the one this tool "
+                        "knows for a %s build (ob_type at %d, not %d)"
+                        % (path, header.build,
+                           self.offsets["pyobject.ob_type"], header.ob_type))
+        self.header = header
         # The kernel sets mm->start_code to the lowest address of the
         # executable segments plus the load bias (fs/binfmt_elf.c).
         texts = [vaddr for ptype, flags, _, vaddr, _, _, _, _ in elf.segments
@@ -940,6 +953,59 @@ def addr2line(table, firstlineno, offset):
     return -1
 
 
+class ObjectHeader:
+    """What CodeReader reads of an object's header (Include/object.h), by
+    build: whether the object is alive, and immortal, and which bytes of
+    it change while it lives (its counts, and in the free-threaded build
+    its owning thread, lock and GC bits)."""
+
+    def __init__(self, build, ob_type):
+        self.build = build
+        self.ob_type = ob_type
+
+    @staticmethod
+    def of(free_threaded):
+        return FREE_THREADED_HEADER if free_threaded else DEFAULT_HEADER
+
+
+class DefaultHeader(ObjectHeader):
+    """ob_refcnt, ob_type."""
+
+    def alive(self, raw):
+        """A freed block has pymalloc's pointer to the next free block in
+        its first word, ob_refcnt: 0 or an address.  A live object's count
+        is at least 1 and at most the immortal one (0xffffffff)."""
+        refcnt, = struct.unpack_from("<Q", raw, 0)
+        return 0 < refcnt <= 0xffffffff
+
+    def immortal(self, raw):
+        refcnt, = struct.unpack_from("<Q", raw, 0)
+        return bool(refcnt & 0x80000000)
+
+
+class FreeThreadedHeader(ObjectHeader):
+    """ob_tid (8 bytes), padding (2), ob_mutex (1), ob_gc_bits (1),
+    ob_ref_local (uint32 at 12), ob_ref_shared (ssize_t at 16, the count
+    shifted left by 2 over two flag bits), ob_type (24)."""
+
+    def alive(self, raw):
+        """The interpreter frees an object once both counts are 0 (the
+        shared one may be negative while the object lives); mimalloc then
+        writes its free list's pointer over ob_tid only, and leaves the
+        counts."""
+        local, = struct.unpack_from("<I", raw, 12)
+        shared, = struct.unpack_from("<q", raw, 16)
+        return local != 0 or (shared >> 2) != 0
+
+    def immortal(self, raw):
+        local, = struct.unpack_from("<I", raw, 12)
+        return local == 0xffffffff
+
+
+DEFAULT_HEADER = DefaultHeader("default", 8)
+FREE_THREADED_HEADER = FreeThreadedHeader("free-threaded", 24)
+
+
 class CodeReader:
     """The names, files and location tables of the code objects that the
     program's F records name, read from the traced processes' memory
@@ -964,6 +1030,7 @@ class CodeReader:
         self.firsttraceable = (interp.firsttraceable if interp is not None
                                else None)
         self.o = o
+        self.header = interp.header if interp is not None else None
         self.name_field = "code_object.name" if co_name else (
             "code_object.qualname")
         self.strlen = strlen
@@ -1028,17 +1095,13 @@ class CodeReader:
             raise OSError("not a bytes object at %#x" % address)
         return self._read(f, address + o["bytes_object.ob_sval"], size)
 
-    @staticmethod
-    def alive(raw):
+    def alive(self, raw):
         """Whether the object whose first bytes are raw is alive: a freed
-        object keeps its other fields (pymalloc puts the pointer to the
-        next free block in its first word, ob_refcnt, and leaves the
-        rest), so that the check fields of a code object freed since the
-        sample still match while its strings and table are gone.  A live
-        object's count is at least 1 and at most the immortal one
-        (0xffffffff), a free block's is 0 or an address."""
-        refcnt, = struct.unpack_from("<Q", raw, 0)
-        return 0 < refcnt <= 0xffffffff
+        object keeps its other fields (the allocator writes its free
+        list's pointer in the first word and leaves the rest), so that the
+        check fields of a code object freed since the sample still match
+        while its strings and table are gone (ObjectHeader.alive())."""
+        return self.header.alive(raw)
 
     def cut(self, text):
         """What the tool shows of a name: its last strlen - 1 bytes (what
@@ -1087,7 +1150,8 @@ class CodeReader:
                 # its parts were read (its reference count changes with
                 # every frame that runs it).
                 again = self._read(f, code, len(raw))
-                if not self.alive(again) or again[8:] != raw[8:]:
+                after = self.header.ob_type
+                if not self.alive(again) or again[after:] != raw[after:]:
                     found = None
         except OSError:
             # The process is gone (or the address unmapped): retry while
@@ -1102,14 +1166,12 @@ class CodeReader:
         self.cpu_ns += time.thread_time_ns() - start
         return True
 
-    @staticmethod
-    def immortal(raw):
+    def immortal(self, raw):
         """Whether the object whose first bytes are raw is immortal
         (never freed: its address is never another object's): a static
         object, such as _Py_InitCleanup, the code object that runs after
         a class's __init__, whose co_version is 0."""
-        refcnt, = struct.unpack_from("<Q", raw, 0)
-        return bool(refcnt & 0x80000000)
+        return self.header.immortal(raw)
 
     def frame(self, pid, key, offset):
         """The Frame of a record; None: its code object is gone;
@@ -1354,6 +1416,7 @@ def native_frames(event, symbolizer, notes, max_native):
               "the top of the kernel stack (a kernel with KASAN or FRED?)"] \
             += 1
     frames = []
+    hidden = None
     for i in range(len(event.addresses)):
         address = event.addresses.get(i, 0)
         if address == 0 or (max_native and i >= max_native):
@@ -1366,11 +1429,10 @@ def native_frames(event, symbolizer, notes, max_native):
                     frames[-1].symbol == "run_eval_code_obj"):
                 # The return address that HOLD_CLAUSE's uretprobe put in
                 # place of run_eval_code_obj's (the kernel's trampoline,
-                # outside the mappings read): its caller, run_mod()
-                # (run_pyc_file() for a .pyc file, which -c rarely runs).
-                found = "run_mod", symbolizer.interpreter
-                notes["return addresses of run_eval_code_obj hidden by "
-                      "the -c hold's uretprobe, named run_mod"] += 1
+                # outside the mappings read): its caller, named below
+                # from the frame above it.
+                hidden = len(frames)
+                found = RUN_EVAL_CALLER, symbolizer.interpreter
             if found is None and frames and (
                     frames[-1].symbol in THREAD_START):
                 # Not code, past the thread's first frame: the stack's
@@ -1393,6 +1455,16 @@ def native_frames(event, symbolizer, notes, max_native):
                   "read its mappings, or with --read, from another "
                   "root)"] += 1
         frames.append(NativeFrame(*found))
+    if hidden is not None:
+        older = (frames[hidden + 1].symbol if hidden + 1 < len(frames)
+                 else None)
+        name = symbolizer.run_eval_caller(older)
+        frames[hidden] = NativeFrame(name or RUN_EVAL_CALLER,
+                                     symbolizer.interpreter)
+        notes["return addresses of run_eval_code_obj hidden by the -c "
+              "hold's uretprobe, named by the caller that calls them%s"
+              % ("" if name else "; %s where none or several could"
+                 % RUN_EVAL_CALLER)] += 1
     cut = event.native_more or (
         max_native and event.addresses.get(max_native, 0) != 0)
     if cut:
@@ -1496,6 +1568,9 @@ class Symbolizer:
         self.read_at = {}
         self.tables = {}
         self.interpreter = interpreter
+        # run_eval_caller()'s: the functions that call run_eval_code_obj,
+        # and the functions that call each (read once).
+        self.run_eval_callers = None
         # (pid, path) of each mapped file: ((device, inode), where this
         # process reads it), found while the process ran.
         self.files = {}
@@ -1532,6 +1607,34 @@ class Symbolizer:
             if ptype == PT_LOAD and flags & PF_X:
                 self.libraries.setdefault(pid, []).append(
                     (bias + vaddr, bias + vaddr + memsz, offset, name))
+
+    def run_eval_caller(self, older):
+        """The function of the interpreter that called run_eval_code_obj,
+        whose return address the -c hold's uretprobe hid, given the
+        function of the frame above it (older, None if none): of the
+        functions that call run_eval_code_obj, the one that older calls
+        (run_mod, called by _PyRun_SimpleFile, in the default build; in
+        the free-threaded one, _PyRun_SimpleFile itself, which has
+        run_mod inlined); None unless exactly one."""
+        if self.run_eval_callers is None:
+            self.run_eval_callers = {}
+            try:
+                elf = Elf(self.interpreter)
+            except (OSError, Error, TypeError):
+                return None
+            symbols = elf.symbols()
+            if "run_eval_code_obj" in symbols:
+                for name, _ in Interpreter._return_sites(
+                        elf, symbols, "run_eval_code_obj"):
+                    if name not in self.run_eval_callers:
+                        self.run_eval_callers[name] = {
+                            caller for caller, _ in
+                            Interpreter._return_sites(elf, symbols, name)}
+        callers = self.run_eval_callers
+        if len(callers) == 1:
+            return next(iter(callers))
+        found = [name for name, theirs in callers.items() if older in theirs]
+        return found[0] if len(found) == 1 else None
 
     def read_after(self, pid, time_ns):
         """Whether the mappings of pid were read after a hit at time_ns:
