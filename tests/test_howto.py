@@ -107,27 +107,27 @@ class HowtoParses(unittest.TestCase):
                 self.assertEqual(status, 0, stderr)
                 self.assertEqual(reports, [])
 
-    def test_title_level_out_of_order_found(self):
-        # The check itself: the error that stopped Sphinx once.
+    def check_text(self, text):
+        """check() of a scratch page holding text: its reports."""
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
                             "howto-check-%d.rst" % os.getpid())
         self.addCleanup(os.unlink, path)
         with open(path, "w", encoding="utf-8") as f:
-            f.write("Title\n=====\n\nA\n-\n\nB\n~\n\nC\n-\n\nD\n^\n\ntext\n")
+            f.write(text)
         status, reports, stderr = check(path)
         self.assertEqual(status, 0, stderr)
+        return reports
+
+    def test_title_level_out_of_order_found(self):
+        # The check itself: the error that stopped Sphinx once.
+        reports = self.check_text(
+            "Title\n=====\n\nA\n-\n\nB\n~\n\nC\n-\n\nD\n^\n\ntext\n")
         self.assertTrue(any("Title level inconsistent" in report
                             for report in reports), reports)
 
     def test_reference_to_no_target_found(self):
         # The check itself: a reference to a section of the other page.
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                            "howto-check-%d.rst" % os.getpid())
-        self.addCleanup(os.unlink, path)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("Title\n=====\n\nsee `latency.bt`_ there\n")
-        status, reports, stderr = check(path)
-        self.assertEqual(status, 0, stderr)
+        reports = self.check_text("Title\n=====\n\nsee `latency.bt`_ there\n")
         self.assertEqual(reports, ['Unknown target name: "latency.bt".'])
 
 
