@@ -24,9 +24,9 @@ import textwrap
 import time
 import unittest
 
-from support import (PYTHON, TOP, free_threaded,
-                     readline, require_bpftrace, run, start, stapsdt_notes,
-                     tracer_unusable)
+from support import (PYTHON, TOP, free_threaded, readline,
+                     require_bpftrace, run, start, stapsdt_notes,
+                     tracer_required, tracer_unusable)
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
 # The tool runs under any Python 3: prefer the system's.
@@ -205,6 +205,21 @@ REUSE = textwrap.dedent("""\
     with open(sys.argv[2], "w") as f:
         json.dump(sum(a == b for a, b in zip(addresses, addresses[1:])), f)
     """)
+
+
+def defined_by(text, function, line):
+    """Whether line (from 1) of the source lines text is in a function or
+    class of that name: a def or class of it at or above the line, or the
+    line one of the decorators right above one (a decorated function's
+    first line, where it starts)."""
+    defined = re.compile(r"^\s*(async\s+def|def|class)\s+%s\b"
+                         % re.escape(function))
+    if any(defined.match(text[n]) for n in range(line)):
+        return True
+    n = line - 1
+    while n < len(text) and text[n].lstrip().startswith("@"):
+        n += 1
+    return n < len(text) and bool(defined.match(text[n]))
 
 
 def cut(text, strlen):
@@ -517,6 +532,89 @@ class PystackTest(unittest.TestCase):
         # The tool's records tell each hit's line apart: none is named
         # after a code object that the record did not name.
         self.assertTrue(named, proc.stderr)
+
+    def test_real_application_every_line(self):
+        # A real application that no one here wrote, sampled at 99 Hz
+        # (tests/data/real_app.py: docutils renders the first 150 lines
+        # of the howto, pygments highlights a Python file in asyncio's
+        # worker threads; Debian's packages): every frame has a line, in
+        # a function of that name in its file.  The one exception, a
+        # documented limit: a module or class body that an import ran and
+        # freed before the tool read it, [code object gone].
+        app = os.path.join(self.tmp, "app")
+        os.mkdir(app)
+        for name in ("docutils", "pygments", "roman.py"):
+            source = os.path.join("/usr/lib/python3/dist-packages", name)
+            if not os.path.exists(source):
+                message = ("no %s: install python3-docutils and "
+                           "python3-pygments (make does, as root)" % source)
+                if tracer_required():
+                    self.fail(message)
+                self.skipTest(message)
+            os.symlink(source, os.path.join(app, name))
+        command = [PYTHON, os.path.join(TOP, "tests", "data", "real_app.py"),
+                   os.path.join(TOP, "overlay", "Doc", "howto",
+                                "instrumentation.rst"), "150",
+                   os.path.join(TOP, "overlay", "Lib", "usdt",
+                                "_bpftrace.py")]
+        if any(" " in word for word in command):
+            raise ValueError("bpftrace -c splits on spaces: %r" % command)
+        counts = os.path.join(self.tmp, "counts.json")
+        proc = run([TOOL_PYTHON, TOOL, "--probe", "profile:hz:99", "--json",
+                    "--max-depth", "512", "--output", counts,
+                    "-c", " ".join(command)],
+                   timeout=300, env=dict(os.environ, PYTHONPATH=app))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("lost", proc.stderr)
+        # The application did its work (its one line).
+        self.assertRegex(proc.stdout, r"rendered \d+ bytes of XML, "
+                         r"highlighted \d+")
+        with open(counts) as f:
+            rows = json.load(f)
+        self.assertGreaterEqual(sum(row["count"] for row in rows), 50,
+                                proc.stderr)
+        sources = {}
+        seen = collections.Counter()
+        for row in rows:
+            frames = row["frames"]
+            for i, frame in enumerate(frames):
+                name, filename, line = (frame["name"], frame["filename"],
+                                        frame["line"])
+                if name == "[code object gone]":
+                    # A module or class body that an import ran (a frozen
+                    # module's: FrozenImporter.exec_module), or that the
+                    # interpreter ran from C at start-up (importlib's own:
+                    # no Python frame outside it).
+                    outer = {f["name"] for f in frames[i + 1:]}
+                    self.assertTrue(
+                        outer & {"_call_with_frames_removed",
+                                 "FrozenImporter.exec_module"}
+                        or outer <= {"[code object gone]"}, row)
+                    continue
+                if name in ("[no Python frame]", "[no Python thread state]",
+                            "[not this Python]"):
+                    # A thread that runs no Python (or the -c command
+                    # before it became the interpreter): the whole stack.
+                    self.assertEqual(len(frames), 1, row)
+                    continue
+                self.assertIsInstance(line, int, (frame, row))
+                if filename.startswith(app):
+                    seen[filename[len(app):].split(os.sep)[1]] += 1
+                if not os.path.isfile(filename):
+                    continue  # <frozen ...>, or a name cut at --strlen
+                if filename not in sources:
+                    with open(filename, encoding="utf-8") as f:
+                        sources[filename] = f.read().splitlines()
+                text = sources[filename]
+                # Line 0: a module's first instruction (RESUME), as
+                # PyCode_Addr2Line() and f_lineno give it.
+                self.assertTrue(0 <= line <= len(text), (frame, len(text)))
+                self.assertTrue(line or name == "<module>", frame)
+                function = name.rsplit(".", 1)[-1]
+                if function.startswith("<"):
+                    continue  # <module>, <lambda>, <genexpr>...
+                self.assertTrue(defined_by(text, function, line), frame)
+        self.assertTrue(seen["docutils"] and seen["pygments"], seen)
 
     def test_gil_waits(self):
         # The thread that takes the GIL back after time.sleep(); the
