@@ -76,6 +76,32 @@ WRITES = textwrap.dedent("""\
     asyncio.run(coroutine())
     """)
 
+# A threaded HTTP server of the standard library, and a client of it in
+# the same process: every request and answer goes through glibc's send(),
+# which, with threads, saves rbp and then uses it for the cancellation
+# state.
+SERVER = textwrap.dedent("""\
+    import http.server, threading, urllib.request
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"x" * 100
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for _ in range(5):
+        urllib.request.urlopen("http://127.0.0.1:%d/"
+                               % server.server_address[1]).read()
+    server.shutdown()
+    """)
+
 COLLECTIONS = textwrap.dedent("""\
     import gc
     from recorder import record
@@ -226,10 +252,20 @@ class NativeStacksBase(unittest.TestCase):
         self.write("recorder.py", base.RECORDER)
         return self.write("workload.py", text)
 
-    def pystack(self, options, command):
+    def pystack(self, options, command, cfi=False):
+        """The tool's rows and stderr; with cfi, skip unless it found the
+        callers of libc's system calls from libc's call-frame information
+        (not with a libc it did not read: -c under another root's
+        bpftrace, tools/bpftrace SUITE)."""
         proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--json",
                     *options, "-c", " ".join(command)], timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
+        if cfi and ("found from its call-frame information"
+                    not in proc.stderr):
+            self.skipTest("the command ran with a libc that the tool did "
+                          "not read (-c under another root's bpftrace, "
+                          "tools/bpftrace SUITE); with -p it reads the "
+                          "process's own")
         self.assertNotIn("lost", proc.stderr)
         return json.loads(proc.stdout), proc.stderr
 
@@ -250,11 +286,17 @@ class NativeStacksBase(unittest.TestCase):
         self.assertTrue(stacks, out + proc.stderr.decode("utf-8", "replace"))
         return stacks
 
-    def check_native(self, rows, gdb_stacks, innermost_by_library):
+    def check_native(self, rows, gdb_stacks, innermost_by_library,
+                     stderr=""):
         """Each merged stack, collapsed, is one of gdb's stacks frame by
         frame, as many times; the first innermost_by_library frames are
         compared by library only (glibc's aliases: bpftrace and gdb name
-        the same address differently)."""
+        the same address differently).  stderr: the tool's, which says
+        whether it found the callers of libc's system calls from libc's
+        call-frame information (when the process's libc is the one it
+        read: not under another root's bpftrace with -c)."""
+        cfi = ("callers of system calls in libc found from its call-frame "
+               "information" in stderr)
         def key(stack):
             return tuple((library if i < innermost_by_library else name,
                           library)
@@ -262,9 +304,10 @@ class NativeStacksBase(unittest.TestCase):
         expected = collections.Counter()
         interpreter = os.path.realpath(PYTHON)
         for stack in gdb_stacks:
-            if stack[0][1] != interpreter:
+            if stack[0][1] != interpreter and not cfi:
                 # glibc's write has no frame pointer: the frame pointers
-                # go from it to its caller's caller (_Py_write is lost).
+                # go from it to its caller's caller (_Py_write is lost),
+                # unless the tool read libc's call-frame information.
                 stack = stack[:1] + stack[2:]
             expected[key(stack)] += 1
         found = collections.Counter()
@@ -310,7 +353,7 @@ class NativeStacksTest(NativeStacksBase):
         workload = self.workload(text)
         expected = os.path.join(self.tmp, "expected.json")
         command = [PYTHON, workload, expected]
-        rows, _ = self.pystack(
+        rows, stderr = self.pystack(
             ["--probe", "tracepoint:syscalls:sys_enter_write",
              "--filter", "args->fd == 77"], command)
         with open(expected) as f:
@@ -321,8 +364,29 @@ class NativeStacksTest(NativeStacksBase):
                               "commands 1\nsilent\npython dump_stack()\n"
                               "continue\nend\n", command)
         self.assertEqual(len(gdb), len(recorded))
-        self.check_native(rows, gdb, 1)
+        self.check_native(rows, gdb, 1, stderr)
         return rows, len(recorded)
+
+    def test_sendto_of_a_threaded_server_against_gdb(self):
+        # The issue's case: a threaded server's send() stacks.  Where the
+        # tool read libc's call-frame information, each is gdb's at the
+        # same system call, the C frames between glibc and the Python
+        # frames included, none [native frames lost].
+        workload = self.workload(SERVER)
+        command = [PYTHON, workload]
+        rows, stderr = self.pystack(
+            ["--probe", "tracepoint:syscalls:sys_enter_sendto"], command,
+            cfi=True)
+        gdb = self.gdb_stacks("catch syscall sendto\n"
+                              "condition 1 $rax == -38\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        self.assertGreaterEqual(len(gdb), 10)
+        self.assertEqual(sum(row["count"] for row in rows), len(gdb))
+        for row in rows:
+            self.assertNotIn("[native frames lost]",
+                             [f.get("symbol") for f in row["frames"]], row)
+        self.check_native(rows, gdb, 1, stderr)
 
     def test_writes_against_traceback_and_gdb(self):
         rows, writes = self.check_writes(WRITES)

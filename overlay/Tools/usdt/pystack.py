@@ -127,28 +127,30 @@ RECORD = "PYSTACK"
 RUN_EVAL_CALLER = "[run_eval_code_obj's caller]"
 
 
-def _load_runner():
-    """usdt._bpftrace, the one place that knows how each bpftrace
-    version differs: already imported (by usdt.tools), or next to this
+def _load_usdt(name):
+    """usdt.<name>: already imported (by usdt.tools), or next to this
     file (installed in Lib/usdt), or in the source tree's Lib/usdt."""
-    if "usdt._bpftrace" in sys.modules:
-        return sys.modules["usdt._bpftrace"]
+    if "usdt." + name in sys.modules:
+        return sys.modules["usdt." + name]
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "_bpftrace.py"),
+    for path in (os.path.join(here, name + ".py"),
                  os.path.join(here, "..", "..", "Lib", "usdt",
-                              "_bpftrace.py")):
+                              name + ".py")):
         if os.path.exists(path):
             spec = importlib.util.spec_from_file_location(
-                "usdt._bpftrace", path)
+                "usdt." + name, path)
             module = importlib.util.module_from_spec(spec)
-            sys.modules["usdt._bpftrace"] = module
+            sys.modules["usdt." + name] = module
             spec.loader.exec_module(module)
             return module
-    raise ImportError("usdt/_bpftrace.py is not next to %s" % __file__)
+    raise ImportError("usdt/%s.py is not next to %s" % (name, __file__))
 
 
-_bpftrace = _load_runner()
+# usdt._bpftrace, the one place that knows how each bpftrace version
+# differs; usdt._cfi, libc's call-frame information (--native).
+_bpftrace = _load_usdt("_bpftrace")
+_cfi = _load_usdt("_cfi")
 
 # An error the tool reports in one line, without a traceback.
 Error = _bpftrace.Error
@@ -419,6 +421,10 @@ PROGRAM = r"""
  *                                                  frames 8 * batch to
  *                                                  8 * batch + 7, their
  *                                                  addresses; 0: none)
+ *   PYSTACK U tid event address                   (--native: the
+ *                                                  caller of frame 0, a
+ *                                                  system call's site in
+ *                                                  libc, from its CFI)
  *   PYSTACK N tid event pid bias more regs        (--native: bias, the
  *                                                  interpreter's load
  *                                                  bias; more: frames
@@ -694,6 +700,7 @@ NATIVE_WALK = r"""
 	$user = (uint64)uptr($regs->cs == 0x33 ? 1 : 0);
 	$ip = (uint64)uptr($regs->ip) * $user;
 	$bp = (uint64)uptr($regs->bp) * $user;
+LIBC_STEP
 	for ($batch : 0..NATIVE_BATCHES) {
 NATIVE_FRAMES
 		printf("PYSTACK A %d %lu %d %lx %lx %lx %lx %lx %lx %lx %lx\n",
@@ -727,6 +734,100 @@ HOLD_PROBES
 """
 
 
+# With --native, where the tool read libc's call-frame information (Libc):
+# a system call's site in libc, which has no frame pointers, where rbp may
+# hold anything (the cancellable calls keep their cancellation state
+# there), so that the frame pointers lead nowhere: its caller's return
+# address and rbp, where libc's CFI says, at CFA = rsp + k.
+# @pystack_cfi maps the site's offset in libc to k | o << 16, o: how far
+# below the CFA rbp was saved (0: rbp is still the caller's; 0xffff: not
+# known, the walk stops).  @pystack_libc: libc's load bias per process,
+# from the loader's list (LINKED_CLAUSE), when its build ID is the one
+# read; the first hit of a process comes before it.
+LIBC_STEP = r"""
+	$libc = @pystack_libc[pid];
+	if ($libc != 0 && $ip > $libc) {
+		$rule = @pystack_cfi[$ip - $libc];
+		if ($rule != 0) {
+			$cfa = (uint64)uptr($regs->sp) + ($rule & 0xffff);
+			printf("PYSTACK U %d %lu %lx\n", tid, $event,
+			       *uptr((uint64 *)($cfa - 8)));
+			$saved = $rule >> 16;
+			if ($saved == 0xffff) {
+				$bp = (uint64)uptr(0);
+			} else if ($saved != 0) {
+				$bp = *uptr((uint64 *)($cfa - $saved));
+			}
+		}
+	}
+"""
+LIBC_BEGIN = r"""
+BEGIN
+{
+RULES}
+"""
+LIBC_FIND = r"""
+			if (*uptr((uint64 *)(*uptr((uint64 *)$lm) +
+			    LIBC_BUILD_ID_VADDR)) == LIBC_BUILD_ID) {
+				@pystack_libc[pid] = *uptr((uint64 *)$lm);
+			}
+"""
+
+
+class Libc:
+    """libc's call-frame information at its system-call sites: the rules
+    of LIBC_STEP, and where its build ID is (its first 8 bytes), by which
+    the program knows it in a process's loader list."""
+
+    def __init__(self, path):
+        self.path = path
+        elf = Elf(path)
+        note = elf.section(".note.gnu.build-id")
+        if note is None:
+            raise Error("%s has no build ID" % path)
+        # Elf64_Nhdr (namesz, descsz, type) and "GNU\0", then the ID.
+        self.build_id_vaddr = note["addr"] + 16
+        self.build_id, = struct.unpack_from("<Q", elf.data,
+                                            note["offset"] + 16)
+        frames = _cfi.EhFrame(elf)
+        self.rules = {}
+        for site in _cfi.syscall_sites(elf):
+            row = frames.row(site)
+            if (row is None or row.cfa is None or row.cfa[0] != _cfi.RSP
+                    or row.saved(_cfi.RA) != -8
+                    or not 8 <= row.cfa[1] < 0x10000):
+                continue
+            rbp = row.saved(_cfi.RBP)
+            if rbp is _cfi.SAME:
+                saved = 0
+            elif rbp is None or not -0xfffe <= rbp < 0:
+                saved = 0xffff
+            else:
+                saved = -rbp
+            self.rules[site] = row.cfa[1] | saved << 16
+
+    @staticmethod
+    def find(args):
+        """The Libc of the traced process (-p: the one it maps, in its
+        root), or of this machine (-c, and --read); None if there is no
+        such file or it cannot be read."""
+        path = "/lib/x86_64-linux-gnu/libc.so.6"
+        if args.pid is not None:
+            try:
+                with open("/proc/%d/maps" % args.pid) as f:
+                    for line in f:
+                        name = line.split(None, 5)[-1].strip()
+                        if re.search(r"/libc\.so\.6$", name):
+                            path = "/proc/%d/root%s" % (args.pid, name)
+                            break
+            except OSError:
+                return None
+        try:
+            return Libc(path)
+        except (OSError, Error, _cfi.CfiError):
+            return None
+
+
 # With --native: the libraries of each process, from the dynamic loader's
 # list (what debuggers read: r_debug, which the loader puts in the
 # interpreter's DT_DEBUG entry), once per process, at its first hit.
@@ -754,6 +855,7 @@ FILTER
 			printf("PYSTACK M %d %lu %d %lx %lx %s\n", tid, nsecs, pid,
 			       *uptr((uint64 *)$lm), *uptr((uint64 *)($lm + 16)),
 			       str(uptr(*uptr((uint64 *)($lm + 8)))));
+LIBC_FIND
 			$lm = *uptr((uint64 *)($lm + 24));
 		}
 	}
@@ -802,23 +904,37 @@ def program(interp, args, probes, runner=None):
     probe_lines = ",\n".join(probes) + "\n"
     where = "/%s/\n" % " && ".join(predicate) if predicate else ""
     text = PROGRAM.lstrip("\n")
-    text = text.replace("PROBES\n", probe_lines, 1)
-    text = text.replace("FILTER\n", where, 1)
+    native = getattr(args, "native", False)
+    libc = getattr(args, "libc", None) if native else None
+    if native and interp.debug_slot is not None:
+        # Before the stack walk's clause, whose programs the same hit runs
+        # after it: the walk of a process's first hit finds its libc.
+        linked = LINKED_CLAUSE.lstrip("\n").replace(
+            "LIBC_FIND\n", LIBC_FIND.lstrip("\n") if libc else "", 1)
+        text = text.replace("STRUCTS\nPROBES\n",
+                            "STRUCTS\n" + linked + "\nPROBES\n", 1)
+    text = text.replace("PROBES\n", probe_lines)
+    text = text.replace("FILTER\n", where)
     text = text.replace("MACROS", macros(interp, args), 1)
     text = text.replace("STRUCTS\n", structs(interp), 1)
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
-    native = ""
-    if getattr(args, "native", False):
-        native = NATIVE_WALK
-    text = text.replace("NATIVE\n", native, 1)
+    walk = ""
+    if native:
+        walk = NATIVE_WALK.replace(
+            "LIBC_STEP\n", LIBC_STEP.lstrip("\n") if libc else "", 1)
+    text = text.replace("NATIVE\n", walk, 1)
     text = text.replace("PYTHON_FRAMES\n",
                         unrolled(PYTHON_FRAME, ("$f", "$w")), 1)
     text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a",)),
                         1)
-    if native and interp.debug_slot is not None:
-        text += LINKED_CLAUSE.replace("PROBES\n", probe_lines, 1).replace(
-            "FILTER\n", where, 1)
+    if libc:
+        text = text.replace(
+            "LIBC_BUILD_ID_VADDR", "0x%x" % libc.build_id_vaddr).replace(
+                "LIBC_BUILD_ID", "0x%x" % libc.build_id)
+        text += LIBC_BEGIN.replace("RULES", "".join(
+            "\t@pystack_cfi[(uint64)0x%x] = (uint64)0x%x;\n"
+            % (site, rule) for site, rule in sorted(libc.rules.items())))
     text = text.replace("(WEIGHT)", "(%s)" % args.weight)
     size = getattr(args, "size", None) or "0"
     text = text.replace("(SIZE)", "(%s)" % size)
@@ -898,6 +1014,8 @@ class Event:
         self.bias = None
         self.native = None
         self.addresses = {}
+        # The caller of native frame 0, from libc's CFI (U record).
+        self.unwound = None
         self.native_more = False
         self.native_regs = True
         self.time = None
@@ -1315,6 +1433,8 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             words = line.split()[5:13]
             for k, word in enumerate(words):
                 event.addresses[8 * batch + k] = int(word, 16)
+        elif kind == "U":
+            event.unwound = int(fields[4], 16)
         elif kind == "N":
             event.pid, event.bias = int(fields[4]), int(fields[5])
             event.native_more = fields[6] == "1"
@@ -1417,8 +1537,15 @@ def native_frames(event, symbolizer, notes, max_native):
             += 1
     frames = []
     hidden = None
-    for i in range(len(event.addresses)):
-        address = event.addresses.get(i, 0)
+    addresses = [event.addresses.get(i, 0)
+                 for i in range(len(event.addresses))]
+    if event.unwound is not None and addresses:
+        # Frame 0 is a system call's site in libc; its caller, which the
+        # frame pointers do not give, from libc's CFI (LIBC_STEP).
+        addresses.insert(1, event.unwound)
+        notes["callers of system calls in libc found from its call-frame "
+              "information"] += 1
+    for i, address in enumerate(addresses):
         if address == 0 or (max_native and i >= max_native):
             break
         found = None
@@ -2550,6 +2677,7 @@ def main(argv=None):
                 runner = None
         else:
             runner = _bpftrace.find()
+        args.libc = Libc.find(args) if args.native else None
         text = program(interp, args, probes, runner)
         if args.print_program:
             sys.stdout.write(text)
