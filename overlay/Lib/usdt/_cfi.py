@@ -51,7 +51,8 @@ class Row:
         return "Row(cfa=%r, registers=%r)" % (self.cfa, self.registers)
 
 
-def _uleb(data, at):
+def _leb128(data, at, signed):
+    """(value, next offset) of the LEB128 number at data[at]."""
     value = shift = 0
     while True:
         byte = data[at]
@@ -59,20 +60,17 @@ def _uleb(data, at):
         value |= (byte & 0x7f) << shift
         shift += 7
         if byte < 0x80:
+            if signed and byte & 0x40:
+                value -= 1 << shift
             return value, at
+
+
+def _uleb(data, at):
+    return _leb128(data, at, False)
 
 
 def _sleb(data, at):
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7f) << shift
-        shift += 7
-        if byte < 0x80:
-            if byte & 0x40:
-                value -= 1 << shift
-            return value, at
+    return _leb128(data, at, True)
 
 
 # DW_EH_PE_* value formats: struct format, size.
