@@ -551,7 +551,11 @@ class PystackTest(unittest.TestCase):
                 if tracer_required():
                     self.fail(message)
                 self.skipTest(message)
-            os.symlink(source, os.path.join(app, name))
+            # Copies, not links: a -c command of tools/bpftrace SUITE
+            # runs in that root, whose /usr has no such package.
+            copy = shutil.copytree if os.path.isdir(source) else (
+                shutil.copy2)
+            copy(source, os.path.join(app, name))
         command = [PYTHON, os.path.join(TOP, "tests", "data", "real_app.py"),
                    os.path.join(TOP, "overlay", "Doc", "howto",
                                 "instrumentation.rst"), "150",
