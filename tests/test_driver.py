@@ -234,13 +234,10 @@ class DriverTest(unittest.TestCase):
         self.assertIn("configured with these flags and prefix already",
                       proc.stderr)
         self.assertEqual(os.stat(makefile).st_mtime_ns, before)
-        # Another prefix: it reruns, and the Makefile has the new one.
-        env = dict(self.env, PREFIX="/opt/cpython-usdt-elsewhere")
-        proc = self.tool("configure", obj, src, env=env)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(makefile) as f:
-            self.assertRegex(f.read(),
-                             r"(?m)^prefix=\s*/opt/cpython-usdt-elsewhere$")
+        # Another prefix makes it rerun (a third configure, 100 s): make
+        # check's tier 7 (tools/check-install) does that, for it installs
+        # this tree into a new scratch prefix, which fails unless configure
+        # reran for it.
 
     def test_deb_refuses_a_tree_for_another_prefix(self):
         # The prefix is compiled in: a package of a tree configured for
