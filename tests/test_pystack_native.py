@@ -750,7 +750,8 @@ class MergeTest(unittest.TestCase):
              0x30: ("sorted_c", "/py"),
              0x40: ("_PyEval_EvalFrameDefault.cold", "/py"),
              0x50: ("main", "/py"),
-             0x60: ("py::trampoline", "[anon]")}
+             0x60: ("py::trampoline", "[anon]"),
+             0x70: ("_int_malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6")}
 
     def records(self, addresses, frames, entries, more=0, native_more=0):
         """The records of one hit: native addresses, and Python frames
@@ -836,6 +837,19 @@ class MergeTest(unittest.TestCase):
             [0x10, 0x999, 0x21, 0x51], ["key", "outer"], {0, 1}))
         self.assertEqual(names, ["leaf_c", "[native frames lost]", "key",
                                  "outer"])
+
+    def test_activations_lost_in_libc_say_where(self):
+        # A sample in glibc's malloc, whose rbp is no frame pointer: the
+        # chain skipped two of the three activations, and the note names
+        # the function where it broke.
+        names, notes = self.merged(self.records(
+            [0x70, 0x21, 0x51], ["key", "middle", "outer"], {0, 1, 2}))
+        self.assertEqual(names, ["_int_malloc", "key", "middle",
+                                 "[native frames lost]", "outer", "main"])
+        self.assertIn("stacks marked [native frames lost] sampled in "
+                      "_int_malloc (libc.so.6), built without frame "
+                      "pointers, whose call-frame information is used at "
+                      "its system calls only", notes)
 
     def test_address_mapped_after_the_last_read_is_unknown(self):
         # The mappings were last read before the hit (a starved poller):

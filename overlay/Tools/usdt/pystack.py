@@ -1659,6 +1659,16 @@ def merge(native, segments, python_cut, notes):
         elif inner:
             notes["stacks with more Python activations than the frame "
                   "pointers found, marked %s" % UNWIND_LOST] += 1
+            if kept:
+                # Where the chain broke: in glibc, which keeps no frame
+                # pointers (malloc, say), and whose CFI the walk uses at
+                # its system calls only (LIBC_STEP).
+                library = os.path.basename(kept[0].library) or "?"
+                notes["stacks marked %s sampled in %s (%s)%s" % (
+                    UNWIND_LOST, kept[0].symbol, library,
+                    ", built without frame pointers, whose call-frame "
+                    "information is used at its system calls only"
+                    if library.startswith("libc.so") else "")] += 1
             inner = inner + [[Frame(UNWIND_LOST, "", None)]]
     if n > m:
         notes["evaluator frames without Python frames (kept as native "
