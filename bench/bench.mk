@@ -119,7 +119,8 @@ bench-stacks: build
 
 # What pystack.py --native costs: BPF time per sample, and the traced
 # process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
-# frames (docs/whole-stacks.md).
+# frames; then profile's BPF time per sample on a real application
+# (docutils and pygments, bench/real_app_cost.py) (docs/whole-stacks.md).
 bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
@@ -129,6 +130,8 @@ bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python --depth 100 \
 		--rates 99 --seconds 8 --cycles 2 \
 		--out-json docs/whole-stacks-depth100.json
+	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
+		--seconds 8 --cycles 3 --out-json docs/whole-stacks-real-app.json
 
 # 100 sessions of pystack.py --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
