@@ -10,7 +10,8 @@
  * a name of our own (_PySeam_*), which does exactly what the glue did when
  * it used the internals directly.  The glue's files include Python.h,
  * pycore_dtrace.h (the hooks' interface, which upstream files include too)
- * and this header, and no pycore_* header of their own.
+ * and this header, and no pycore_* header of their own
+ * (tests/test_build_facts.py checks it).
  *
  * One header per series: this one is series/3.13/pydtrace_seam.h, which
  * tools/prepare lays into the tree as Include/internal/pydtrace_seam.h.
