@@ -17,7 +17,7 @@
  * tools/prepare lays into the tree as Include/internal/pydtrace_seam.h.
  * A port to another series writes series/X.Y/pydtrace_seam.h with the same
  * names, and rebases the hooks (series/X.Y/patches/); the glue stays as it
- * is.
+ * is.  docs/layout.md ("The version seam") lists what 3.14 changes here.
  *
  * The names say what they give, not how 3.13 stores it; where another
  * series is known to store it differently, a comment says so.  None of
