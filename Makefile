@@ -25,7 +25,10 @@ S := $(B)/$(SERIES)
 TARBALL := $(shell sed -n 's/^TARBALL=//p' $(PIN))
 SHA256 := $(shell sed -n 's/^SHA256=//p' $(PIN))
 PRISTINE := $(B)/pristine/$(SHA256)
+# The series' inputs of tools/prepare: its pin, the files it lays into the
+# tree (the loop flags, the version seam) and its patches.
 PATCH_INPUTS := $(PIN) $(SERIES_DIR)/loop-flags \
+	$(SERIES_DIR)/pydtrace_seam.h \
 	$(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
 OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
 TOOLS := tools/lib.sh

@@ -79,7 +79,125 @@ def find_cycle(calls):
     return None
 
 
+# The version seam (docs/layout.md): the glue, overlay/Python/*.c, reaches
+# CPython's internals only through series/SERIES/pydtrace_seam.h, which
+# tools/prepare lays into the tree as Include/internal/pydtrace_seam.h.
+GLUE = os.path.join(TOP, "overlay", "Python")
+SEAM = "pydtrace_seam.h"
+# The underscored names of CPython that the glue may use without the seam:
+# those of the public headers (Include/cpython/, pyport.h) and
+# _PyInterpreterFrame, which the glue only points to (the seam reads its
+# fields).  Everything else that begins with _Py is ours (_PyDTrace_) or
+# the seam's (_PySeam_).
+GLUE_UNDERSCORED = {"_PyInterpreterFrame", "_Py_CODEUNIT",
+                    "_PyFrameEvalFunction", "_Py_thread_local"}
+GLUE_UNDERSCORED_PREFIXES = ("_PyDTrace_", "_PySeam_", "_Py_atomic_")
+
+
+def without_comments(text):
+    """C source text without its comments."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+
+
+def internal_includes(text):
+    """The pycore_* headers that C source text includes, but
+    pycore_dtrace.h, the hooks' interface."""
+    headers = re.findall(r'^\s*#\s*include\s*[<"]([^">]+)[">]',
+                         without_comments(text), re.M)
+    return [h for h in headers if os.path.basename(h).startswith("pycore_")
+            and h != "pycore_dtrace.h"]
+
+
+def underscored_names(text):
+    """The names beginning with _Py that C source text uses, outside
+    comments and strings, but those the glue may use (GLUE_UNDERSCORED)."""
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', without_comments(text))
+    return sorted({name for name in re.findall(r"\b_Py\w+", code)
+                   if name not in GLUE_UNDERSCORED
+                   and not name.startswith(GLUE_UNDERSCORED_PREFIXES)})
+
+
+def version_guard(text):
+    """The series ("3.13") that C header text stops for every other CPython
+    with, before it includes anything: `#if PY_VERSION_HEX < 0x030D0000 ||
+    PY_VERSION_HEX >= 0x030E0000` and an #error that names the series; None
+    without such a guard."""
+    code = without_comments(text)
+    match = re.search(r"^#\s*if\s+PY_VERSION_HEX\s*<\s*0x([0-9A-Fa-f]{8})"
+                      r"\s*\|\|\s*PY_VERSION_HEX\s*>=\s*0x([0-9A-Fa-f]{8})"
+                      r"\s*\n#\s*error\s+\"([^\"\n]*)\"\s*\n#\s*endif",
+                      code, re.M)
+    include = re.search(r"^\s*#\s*include\b", code, re.M)
+    if match is None or (include and include.start() < match.start()):
+        return None
+    low, high = int(match.group(1), 16), int(match.group(2), 16)
+    major, minor = low >> 24, (low >> 16) & 0xFF
+    series = "%d.%d" % (major, minor)
+    if (low & 0xFFFF or high != (major << 24 | (minor + 1) << 16)
+            or not re.search(r"\b%s\b" % re.escape(series),
+                             match.group(3))):
+        return None
+    return series
+
+
 class BuildFactsTest(unittest.TestCase):
+
+    def test_glue_reaches_internals_through_the_seam(self):
+        # A port to another CPython series changes the series' seam and
+        # the hooks, not the glue: no glue file includes a pycore_* header
+        # of its own (but pycore_dtrace.h) or uses an underscored name of
+        # CPython's that the seam does not give.
+        names = sorted(name for name in os.listdir(GLUE)
+                       if name.endswith(".c"))
+        self.assertTrue(names)
+        for name in names:
+            with open(os.path.join(GLUE, name)) as f:
+                text = f.read()
+            with self.subTest(name):
+                self.assertEqual(internal_includes(text), [],
+                                 "overlay/Python/%s reaches CPython's "
+                                 "internals without %s" % (name, SEAM))
+                self.assertEqual(underscored_names(text), [],
+                                 "overlay/Python/%s reaches CPython's "
+                                 "internals without %s" % (name, SEAM))
+        # The checks themselves find what they look for.
+        self.assertEqual(internal_includes(
+            '#include "Python.h"\n#include "pycore_dtrace.h"\n'
+            '#  include "pycore_frame.h"  // _PyFrame_GetCode()\n'
+            '/* #include "pycore_code.h" */\n'), ["pycore_frame.h"])
+        self.assertEqual(underscored_names(
+            'f->instr_ptr - _PyCode_CODE(_PySeam_FrameCode(f)); '
+            '_Py_atomic_load_int(&x); "_PyRuntime" /* _PyRuntime */'),
+            ["_PyCode_CODE"])
+
+    def test_seam_serves_its_series_only(self):
+        # Each series has its seam, and the seam stops the build of any
+        # other CPython before it includes a pycore_* header.
+        series = sorted(name for name in os.listdir(os.path.join(TOP,
+                                                                 "series"))
+                        if os.path.exists(os.path.join(TOP, "series", name,
+                                                       "pin")))
+        self.assertIn(SERIES, series)
+        for name in series:
+            path = os.path.join(TOP, "series", name, SEAM)
+            with self.subTest(name):
+                self.assertTrue(os.path.exists(path),
+                                "series/%s has no %s" % (name, SEAM))
+                with open(path) as f:
+                    self.assertEqual(version_guard(f.read()), name,
+                                     "series/%s/%s has no version guard "
+                                     "for %s" % (name, SEAM, name))
+        # The check itself: a guard for 3.13, one for the wrong range, one
+        # after an #include, none.
+        guard = ('#if PY_VERSION_HEX < 0x030D0000 || '
+                 'PY_VERSION_HEX >= 0x030E0000\n'
+                 '#  error "pydtrace_seam.h of series/3.13 serves CPython '
+                 '3.13 only"\n#endif\n')
+        self.assertEqual(version_guard(guard), "3.13")
+        self.assertIsNone(version_guard(guard.replace("0x030E", "0x030F")))
+        self.assertIsNone(version_guard('#include "pycore_code.h"\n'
+                                        + guard))
+        self.assertIsNone(version_guard("/* " + guard + " */"))
 
     def test_glue_calls_without_a_cycle(self):
         # The files of overlay/Python call each other as a DAG (names at

@@ -150,6 +150,24 @@ class DriverTest(unittest.TestCase):
                              "Python/ceval.c, whose sha256 is",
                              "upstream changed")
 
+    def test_series_without_its_seam(self):
+        # The glue reaches CPython's internals only through the series'
+        # seam (docs/layout.md): a series without one stops prepare.
+        self.use_real_upstream()
+        os.remove(os.path.join(self.top, "series/3.13/pydtrace_seam.h"))
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "series/3.13/pydtrace_seam.h does not "
+                             "exist")
+
+    def test_overlay_has_the_seam(self):
+        # The seam is the series' own: overlay/, shared by every series,
+        # must not have it.
+        self.use_real_upstream()
+        self.write("overlay/Include/internal/pydtrace_seam.h", "/* */\n")
+        proc = self.tool("prepare")
+        self.assertFailsWith(proc, "Include/internal/pydtrace_seam.h is in "
+                             "the tree already")
+
     # -- tools --------------------------------------------------------------
 
     def path_without(self, *missing):

@@ -52,10 +52,7 @@
 
 #include "Python.h"
 #include "pycore_dtrace.h"
-#include "pycore_pyatomic_ft_wrappers.h"
-#include "pycore_pymem.h"         // struct _pymem_allocators
-#include "pycore_pystate.h"       // _Py_IsMainInterpreter()
-#include "pycore_runtime.h"       // _PyRuntime
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <math.h>                 // log()
 #include <sched.h>                // sched_yield()
@@ -479,19 +476,6 @@ static const PyMemAllocatorEx hooks[N_DOMAINS] = {
                           obj_free},
 };
 
-static PyMemAllocatorEx *
-current(int domain)
-{
-    switch (domain) {
-    case PYMEM_DOMAIN_RAW:
-        return &_PyRuntime.allocators.standard.raw;
-    case PYMEM_DOMAIN_MEM:
-        return &_PyRuntime.allocators.standard.mem;
-    default:
-        return &_PyRuntime.allocators.standard.obj;
-    }
-}
-
 /* Store the four functions of *from* into *to*, one pointer at a time, for
  * the raw-domain readers that do not hold the GIL. */
 static void
@@ -522,7 +506,9 @@ forget_lost_wrappers(void)
 {
     int lost = 0;
     for (int d = 0; d < N_DOMAINS; d++) {
-        if (layers[d].installed && current(d)->malloc != hooks[d].malloc) {
+        if (layers[d].installed
+            && _PySeam_Allocator(d)->malloc != hooks[d].malloc)
+        {
             layers[d].installed = 0;
             lost = 1;
         }
@@ -538,15 +524,15 @@ forget_lost_wrappers(void)
 static void
 allocators_lock(void)
 {
-    PyMutex_Lock(&_PyRuntime.allocators.mutex);
-    _PyEval_StopTheWorldAll(&_PyRuntime);
+    PyMutex_Lock(_PySeam_AllocatorsMutex());
+    _PySeam_StopTheWorldAll();
 }
 
 static void
 allocators_unlock(void)
 {
-    _PyEval_StartTheWorldAll(&_PyRuntime);
-    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+    _PySeam_StartTheWorldAll();
+    PyMutex_Unlock(_PySeam_AllocatorsMutex());
 }
 
 static void
@@ -558,7 +544,7 @@ wrap(void)
         if (layers[d].installed) {
             continue;
         }
-        PyMemAllocatorEx *cur = current(d);
+        PyMemAllocatorEx *cur = _PySeam_Allocator(d);
         layers[d].below = *cur;
         layers[d].installed = 1;
         /* cur->ctx stays: the wrapper ignores it. */
@@ -581,7 +567,7 @@ unwrap(void)
             continue;
         }
         was_installed = 1;
-        PyMemAllocatorEx *cur = current(d);
+        PyMemAllocatorEx *cur = _PySeam_Allocator(d);
         /* The ctx of what is under the wrapper first (the wrapper ignores
          * ctx), then its functions. */
         _Py_atomic_store_ptr_release(&cur->ctx, layers[d].below.ctx);
@@ -600,7 +586,7 @@ unwrap(void)
 void
 _PyDTrace_AllocApply(PyThreadState *tstate, int armed)
 {
-    if (!_Py_IsMainInterpreter(tstate->interp)) {
+    if (!_PySeam_IsMainInterp(tstate->interp)) {
         return;
     }
     if (armed) {

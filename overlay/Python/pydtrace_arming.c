@@ -37,13 +37,8 @@
  */
 
 #include "Python.h"
-#include "pycore_ceval.h"         // _PyEval_AddPendingCall()
 #include "pycore_dtrace.h"
-#include "pycore_initconfig.h"    // _PyStatus_ERR()
-#include "pycore_instruments.h"   // _PyMonitoring_SetEvents()
-#include "pycore_interp.h"        // PyInterpreterState.sys_profiling_threads
-#include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
-#include "pycore_pystate.h"       // _PyThreadState_GET(), _PyEval_StopTheWorld()
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <errno.h>
 #include <pthread.h>
@@ -183,10 +178,10 @@ uint8_t
 _PyDTrace_ProbeOnlySlots(PyInterpreterState *interp)
 {
     uint8_t slots = 0;
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) == 0) {
+    if (_PySeam_ProfilingThreads(interp) == 0) {
         slots |= 1 << PY_MONITORING_SYS_PROFILE_ID;
     }
-    if (FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_tracing_threads) == 0) {
+    if (_PySeam_TracingThreads(interp) == 0) {
         slots |= 1 << PY_MONITORING_SYS_TRACE_ID;
     }
     return slots;
@@ -204,25 +199,25 @@ static void
 dtrace_configure(PyInterpreterState *interp, int armed)
 {
     PyObject *exc = PyErr_GetRaisedException();
-    _PyEval_StopTheWorld(interp);
+    _PySeam_StopTheWorld(interp);
     uint32_t profile = 0;
     uint32_t trace = 0;
-    if (interp->sys_profiling_threads) {
+    if (_PySeam_ProfilingThreads(interp)) {
         profile = LEGACY_PROFILE_EVENTS;
     }
-    if (interp->sys_tracing_threads) {
+    if (_PySeam_TracingThreads(interp)) {
         trace = LEGACY_TRACE_EVENTS;
     }
     profile |= armed_events(armed, PY_MONITORING_SYS_PROFILE_ID);
     trace |= armed_events(armed, PY_MONITORING_SYS_TRACE_ID);
 
-    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
+    if (_PySeam_SetLegacyEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
         PyErr_Clear();
     }
-    if (_PyMonitoring_SetEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
+    if (_PySeam_SetLegacyEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
         PyErr_Clear();
     }
-    _PyEval_StartTheWorld(interp);
+    _PySeam_StartTheWorld(interp);
     PyErr_SetRaisedException(exc);
 }
 
@@ -291,7 +286,7 @@ _PyDTrace_SwapLegacyProfiling(PyInterpreterState *interp, int profiling)
 static int
 dtrace_reconfigure(void *Py_UNUSED(arg))
 {
-    PyThreadState *tstate = _PyThreadState_GET();
+    PyThreadState *tstate = _PySeam_CurrentThread();
     if (tstate == NULL) {
         return 0;
     }
@@ -337,7 +332,7 @@ wait_interval(void)
 static void *
 watcher_main(void *Py_UNUSED(arg))
 {
-    PyInterpreterState *main_interp = _PyInterpreterState_Main();
+    PyInterpreterState *main_interp = _PySeam_MainInterp();
     pthread_mutex_lock(&watcher.mutex);
     while (!watcher.stop) {
         wait_interval();
@@ -347,9 +342,7 @@ watcher_main(void *Py_UNUSED(arg))
         /* A native thread keeps the process alive: leave once the main
          * interpreter has no thread left, e.g. in a child forked from a
          * non-main thread, whose only thread exits with pthread_exit(). */
-        if (_Py_atomic_load_ptr_relaxed(&main_interp->threads.head)
-            == NULL)
-        {
+        if (!_PySeam_InterpHasThreads(main_interp)) {
             watcher.exited = 1;
             break;
         }
@@ -361,9 +354,7 @@ watcher_main(void *Py_UNUSED(arg))
             /* An interpreter is only unregistered with watcher.mutex held,
              * so it stays alive during this call.  If the queue is full,
              * retry at the next poll. */
-            if (_PyEval_AddPendingCall(w->interp, dtrace_reconfigure, NULL, 0)
-                == _Py_ADD_PENDING_SUCCESS)
-            {
+            if (_PySeam_AddPendingCall(w->interp, dtrace_reconfigure, NULL)) {
                 w->scheduled = 1;
             }
         }
@@ -466,7 +457,7 @@ read_alloc_interval(const PyConfig *config, const char **bad)
             return 0;
         }
     }
-    const char *value = _Py_GetEnv(config->use_environment, env);
+    const char *value = _PySeam_GetEnv(config->use_environment, env);
     if (value == NULL || *value == '\0') {
         return 0;
     }
@@ -506,7 +497,8 @@ read_setting(const PyConfig *config, const struct bool_setting *setting,
             return -1;
         }
     }
-    const char *value = _Py_GetEnv(config->use_environment, setting->env);
+    const char *value = _PySeam_GetEnv(config->use_environment,
+                                       setting->env);
     if (value == NULL) {
         return setting->dflt;
     }
@@ -524,26 +516,26 @@ PyStatus
 _PyDTrace_Init(PyThreadState *tstate)
 {
     PyInterpreterState *interp = tstate->interp;
-    int is_main = _Py_IsMainInterpreter(interp);
+    int is_main = _PySeam_IsMainInterp(interp);
     if (is_main) {
-        const PyConfig *config = _PyInterpreterState_GetConfig(interp);
+        const PyConfig *config = _PySeam_InterpConfig(interp);
         const char *bad = NULL;
         int enabled = read_setting(config, &watch_setting, &bad);
         if (enabled < 0) {
-            return _PyStatus_ERR(bad);
+            return _PySeam_STATUS_ERR(bad);
         }
         int stacks = read_setting(config, &stacks_setting, &bad);
         if (stacks < 0) {
-            return _PyStatus_ERR(bad);
+            return _PySeam_STATUS_ERR(bad);
         }
         _PyDTrace_StacksAllow(stacks);
         if (read_alloc_interval(config, &bad) < 0) {
-            return _PyStatus_ERR(bad);
+            return _PySeam_STATUS_ERR(bad);
         }
         static int atfork_registered;   /* once per process */
         if (!atfork_registered) {
             if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {
-                return _PyStatus_NO_MEMORY();
+                return _PySeam_STATUS_NO_MEMORY();
             }
             atfork_registered = 1;
         }
@@ -558,7 +550,7 @@ _PyDTrace_Init(PyThreadState *tstate)
 
     struct watched_interp *w = PyMem_RawCalloc(1, sizeof(*w));
     if (w == NULL) {
-        return _PyStatus_NO_MEMORY();
+        return _PySeam_STATUS_NO_MEMORY();
     }
     w->interp = interp;
     pthread_mutex_lock(&watcher.mutex);
@@ -579,7 +571,7 @@ _PyDTrace_Init(PyThreadState *tstate)
     if (is_main) {
         watcher_start();
     }
-    return _PyStatus_OK();
+    return _PySeam_STATUS_OK();
 }
 
 void
@@ -594,12 +586,12 @@ _PyDTrace_Fini(PyInterpreterState *interp)
     if (w != NULL) {
         *link = w->next;
     }
-    if (_Py_IsMainInterpreter(interp)) {
+    if (_PySeam_IsMainInterp(interp)) {
         watcher.finalizing = 1;
     }
     pthread_mutex_unlock(&watcher.mutex);
     PyMem_RawFree(w);
-    if (_Py_IsMainInterpreter(interp)) {
+    if (_PySeam_IsMainInterp(interp)) {
         watcher_stop();
     }
 }
@@ -648,7 +640,7 @@ _PyDTrace_AfterForkChild(void)
     /* The child only keeps the main interpreter (its other interpreters
      * were deleted without Py_EndInterpreter()), and pending calls of the
      * parent are gone. */
-    PyInterpreterState *main_interp = _PyInterpreterState_Main();
+    PyInterpreterState *main_interp = _PySeam_MainInterp();
     struct watched_interp **link = &watcher.interps;
     while (*link != NULL) {
         struct watched_interp *w = *link;

@@ -22,6 +22,7 @@
 
 #include "Python.h"
 #include "pycore_dtrace.h"
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <string.h>
 
@@ -68,8 +69,7 @@ coro_qualname_utf8(PyObject *coro, char *buf, size_t size)
         && (PyCoro_CheckExact(coro) || PyGen_CheckExact(coro)
             || PyAsyncGen_CheckExact(coro)))
     {
-        return _PyDTrace_StrAsUTF8(((PyGenObject *)coro)->gi_qualname, buf,
-                                   size);
+        return _PyDTrace_StrAsUTF8(_PySeam_GenQualname(coro), buf, size);
     }
     return "<unknown>";
 }

@@ -69,12 +69,7 @@
 
 #include "Python.h"
 #include "pycore_dtrace.h"
-#include "pycore_frame.h"         // _PyFrame_GetCode()
-#include "pycore_instruments.h"   // _PyInstrumentation_MISSING
-#include "pycore_lock.h"          // PyMutex
-#include "pycore_opcode_metadata.h"  // CALL
-#include "pycore_pyatomic_ft_wrappers.h"  // FT_ATOMIC_LOAD_SSIZE_RELAXED()
-#include "pycore_pystate.h"       // HEAD_LOCK()
+#include "pydtrace_seam.h"        // CPython's internals
 
 #ifdef WITH_DTRACE
 
@@ -115,7 +110,7 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
     else if (Py_IS_TYPE(callable, &PyMethodDescr_Type)) {
         /* The legacy path binds it to self_arg (method_get()). */
         PyMethodDescrObject *descr = (PyMethodDescrObject *)callable;
-        if (self_arg == &_PyInstrumentation_MISSING
+        if (self_arg == _PySeam_MISSING
             || !PyObject_TypeCheck(self_arg, descr->d_common.d_type))
         {
             return;
@@ -145,10 +140,10 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
         modulename = _PyDTrace_StrAsUTF8(module, modbuf, sizeof(modbuf));
     }
 
-    PyCodeObject *code = _PyFrame_GetCode(frame);
+    PyCodeObject *code = _PySeam_FrameCode(frame);
     char filebuf[_PyDTrace_STRBUF_SIZE];
-    const char *filename = _PyDTrace_StrAsUTF8(code->co_filename, filebuf,
-                                               sizeof(filebuf));
+    const char *filename = _PyDTrace_StrAsUTF8(_PySeam_CodeFilename(code),
+                                               filebuf, sizeof(filebuf));
     int lineno = _PyDTrace_InstrLine(frame, instr);
     if (entry) {
         PyDTrace_CFUNCTION_ENTRY(filename, funcname, lineno, modulename);
@@ -247,12 +242,12 @@ take_hidden(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
 static int
 several_tools_by_probes(_PyInterpreterFrame *frame, uint8_t probes)
 {
-    _PyCoMonitoringData *data = _PyFrame_GetCode(frame)->_co_monitoring;
-    if (data == NULL || data->tools == NULL) {
+    PyCodeObject *code = _PySeam_FrameCode(frame);
+    if (!_PySeam_HasToolsPerInstruction(code)) {
         return 0;
     }
-    for (int e = 0; e < _PY_MONITORING_LOCAL_EVENTS; e++) {
-        uint8_t others = data->active_monitors.tools[e] & ~probes;
+    for (int e = 0; e < _PySeam_LOCAL_EVENTS; e++) {
+        uint8_t others = _PySeam_ActiveTools(code, e) & ~probes;
         if (others & (others - 1)) {
             return 0;
         }
@@ -312,8 +307,8 @@ unarmed_return_tools(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
     }
     uint8_t at_call = call_stack.calls[i].tools;
     call_stack.depth = i;
-    _PyCoMonitoringData *data = _PyFrame_GetCode(frame)->_co_monitoring;
-    uint8_t call_tools = data->active_monitors.tools[PY_MONITORING_EVENT_CALL];
+    uint8_t call_tools = _PySeam_ActiveTools(_PySeam_FrameCode(frame),
+                                             PY_MONITORING_EVENT_CALL);
     return (tools & probes) | (call_tools & at_call & ~probes);
 }
 
@@ -330,7 +325,7 @@ _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
         /* Dispatched before any tool watched CALL: no tool sees it. */
         return 0;
     }
-    uint8_t probes = _PyDTrace_ProbeOnlySlots(_PyInterpreterState_GET());
+    uint8_t probes = _PyDTrace_ProbeOnlySlots(_PySeam_CurrentInterp());
     if ((tools & probes) && several_tools_by_probes(frame, probes)) {
         if (event == PY_MONITORING_EVENT_CALL) {
             push_call(frame, instr, tools);
@@ -345,21 +340,19 @@ _PyDTrace_CFunctionEvent(int event, _PyInterpreterFrame *frame,
 static int
 is_call_instruction(_PyInterpreterFrame *frame)
 {
-    PyCodeObject *code = _PyFrame_GetCode(frame);
-    int offset = (int)(frame->instr_ptr - _PyCode_CODE(code));
-    if (offset < 0 || offset >= Py_SIZE(code)) {
+    PyCodeObject *code = _PySeam_FrameCode(frame);
+    int offset = _PySeam_InstrIndex(frame, _PySeam_FrameInstr(frame));
+    if (offset < 0 || offset >= _PySeam_CodeUnits(code)) {
         return 0;
     }
-    int opcode = _Py_GetBaseOpcode(code, offset);
-    return (opcode == CALL || opcode == CALL_KW
-            || opcode == CALL_FUNCTION_EX);
+    return _PySeam_IsCallOpcode(_PySeam_BaseOpcode(code, offset));
 }
 
 /* Whether frame *f* is running a call instruction now. */
 static int
 in_call(_PyInterpreterFrame *f)
 {
-    return f->owner != FRAME_OWNED_BY_CSTACK && is_call_instruction(f);
+    return _PySeam_FrameHasCode(f) && is_call_instruction(f);
 }
 
 static int
@@ -367,7 +360,7 @@ was_hidden(_PyInterpreterFrame *f)
 {
     return hidden.slots != NULL
         && hidden.slots[hidden_slot(hidden.slots, hidden.mask, f,
-                                    f->instr_ptr)].frame != NULL;
+                                    _PySeam_FrameInstr(f))].frame != NULL;
 }
 
 /* Record the calls in progress in the frames (of *code*, or all) of every
@@ -377,15 +370,15 @@ static void
 hide_calls_in_progress(PyInterpreterState *interp, PyCodeObject *code)
 {
     PyMutex_Lock(&hidden.mutex);
-    HEAD_LOCK(interp->runtime);
+    _PySeam_HeadLock(interp);
     /* Count what the new set may hold: this interpreter's calls in
      * progress and the other interpreters' records. */
     size_t wanted = 0;
-    for (PyThreadState *ts = interp->threads.head; ts != NULL;
-         ts = ts->next)
+    for (PyThreadState *ts = _PySeam_FirstThread(interp); ts != NULL;
+         ts = _PySeam_NextThread(ts))
     {
-        for (_PyInterpreterFrame *f = ts->current_frame; f != NULL;
-             f = f->previous)
+        for (_PyInterpreterFrame *f = _PySeam_ThreadFrame(ts); f != NULL;
+             f = _PySeam_FramePrevious(f))
         {
             wanted += in_call(f);
         }
@@ -421,22 +414,23 @@ hide_calls_in_progress(PyInterpreterState *interp, PyCodeObject *code)
                 }
             }
         }
-        for (PyThreadState *ts = interp->threads.head; ts != NULL;
-             ts = ts->next)
+        for (PyThreadState *ts = _PySeam_FirstThread(interp); ts != NULL;
+             ts = _PySeam_NextThread(ts))
         {
-            for (_PyInterpreterFrame *f = ts->current_frame; f != NULL;
-                 f = f->previous)
+            for (_PyInterpreterFrame *f = _PySeam_ThreadFrame(ts); f != NULL;
+                 f = _PySeam_FramePrevious(f))
             {
                 if (!in_call(f)
-                    || !((code == NULL || _PyFrame_GetCode(f) == code)
+                    || !((code == NULL || _PySeam_FrameCode(f) == code)
                          || was_hidden(f)))
                 {
                     continue;
                 }
-                size_t i = hidden_slot(slots, mask, f, f->instr_ptr);
+                size_t i = hidden_slot(slots, mask, f,
+                                       _PySeam_FrameInstr(f));
                 if (slots[i].frame == NULL) {
                     slots[i].frame = f;
-                    slots[i].instr = f->instr_ptr;
+                    slots[i].instr = _PySeam_FrameInstr(f);
                     slots[i].interp = interp;
                     count++;
                 }
@@ -450,7 +444,7 @@ hide_calls_in_progress(PyInterpreterState *interp, PyCodeObject *code)
         hidden.mask = size - 1;
         _Py_atomic_store_ssize_relaxed(&hidden.count, count);
     }
-    HEAD_UNLOCK(interp->runtime);
+    _PySeam_HeadUnlock(interp);
     PyMutex_Unlock(&hidden.mutex);
 }
 
@@ -459,18 +453,16 @@ _PyDTrace_CallToolsChanging(PyInterpreterState *interp, PyCodeObject *code,
                             int tool_id, uint32_t events)
 {
     const uint8_t profile = 1 << PY_MONITORING_SYS_PROFILE_ID;
-    uint8_t before = interp->monitors.tools[PY_MONITORING_EVENT_CALL];
-    if (code != NULL && code->_co_monitoring != NULL) {
-        before |= code->_co_monitoring->local_monitors.tools[
-            PY_MONITORING_EVENT_CALL];
+    uint8_t before = _PySeam_GlobalTools(interp, PY_MONITORING_EVENT_CALL);
+    if (code != NULL && _PySeam_CodeMonitored(code)) {
+        before |= _PySeam_LocalTools(code, PY_MONITORING_EVENT_CALL);
     }
     int wants_call = (events >> PY_MONITORING_EVENT_CALL) & 1;
     /* Does the profile slot watch CALL for a sys.setprofile() function, or
      * only for the probes? */
     int was_profiling;
     if (tool_id == PY_MONITORING_SYS_PROFILE_ID) {
-        int profiling =
-            FT_ATOMIC_LOAD_SSIZE_RELAXED(interp->sys_profiling_threads) > 0;
+        int profiling = _PySeam_ProfilingThreads(interp) > 0;
         was_profiling = _PyDTrace_SwapLegacyProfiling(interp, profiling);
         wants_call = wants_call && profiling;
     }

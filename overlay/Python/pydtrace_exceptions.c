@@ -27,8 +27,7 @@
 
 #include "Python.h"
 #include "pycore_dtrace.h"
-#include "pycore_frame.h"         // _PyFrame_GetCode()
-#include "pycore_instruments.h"   // PY_MONITORING_EVENT_RAISE
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <string.h>
 
@@ -79,11 +78,11 @@ _PyDTrace_ExceptionEvent(int event, _PyInterpreterFrame *frame,
     const char *exctype = traceback_type_name(Py_TYPE(exc), modbuf, qualbuf,
                                               typebuf);
     struct _PyDTrace_CodeNames names;
-    _PyDTrace_GetCodeNames(_PyFrame_GetCode(frame), &names);
+    _PyDTrace_GetCodeNames(_PySeam_FrameCode(frame), &names);
     const char *filename = names.filename;
     const char *funcname = names.funcname;
     /* PyUnstable_InterpreterFrame_GetLine(frame), cached. */
-    int lineno = _PyDTrace_InstrLine(frame, frame->instr_ptr);
+    int lineno = _PyDTrace_InstrLine(frame, _PySeam_FrameInstr(frame));
     switch (event) {
         case PY_MONITORING_EVENT_RAISE:
             PyDTrace_EXCEPTION_RAISE(filename, funcname, lineno, exctype);

@@ -12,11 +12,8 @@
  */
 
 #include "Python.h"
-#include "pycore_code.h"          // _PyCode_CODE()
-#include "pycore_dict.h"          // DK_IS_UNICODE()
 #include "pycore_dtrace.h"
-#include "pycore_frame.h"         // _PyInterpreterFrame
-#include "pycore_pyatomic_ft_wrappers.h"
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <string.h>
 
@@ -36,8 +33,7 @@ _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
         return (const char *)PyUnicode_DATA(s);
     }
     if (PyUnicode_IS_COMPACT(s)) {
-        const char *utf8 = FT_ATOMIC_LOAD_PTR_ACQUIRE(
-            ((PyCompactUnicodeObject *)s)->utf8);
+        const char *utf8 = _PySeam_StrCachedUTF8(s);
         if (utf8 != NULL) {
             return utf8;
         }
@@ -59,9 +55,11 @@ _PyDTrace_StrAsUTF8(PyObject *s, char *buf, size_t size)
 void
 _PyDTrace_GetCodeNames(PyCodeObject *code, struct _PyDTrace_CodeNames *names)
 {
-    names->filename = _PyDTrace_StrAsUTF8(code->co_filename, names->filebuf,
+    names->filename = _PyDTrace_StrAsUTF8(_PySeam_CodeFilename(code),
+                                          names->filebuf,
                                           sizeof(names->filebuf));
-    names->funcname = _PyDTrace_StrAsUTF8(code->co_name, names->namebuf,
+    names->funcname = _PyDTrace_StrAsUTF8(_PySeam_CodeName(code),
+                                          names->namebuf,
                                           sizeof(names->namebuf));
 }
 
@@ -82,8 +80,8 @@ static _Py_thread_local struct {
 int
 _PyDTrace_InstrLine(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
 {
-    PyCodeObject *code = _PyFrame_GetCode(frame);
-    uint32_t version = code->co_version;
+    PyCodeObject *code = _PySeam_FrameCode(frame);
+    uint32_t version = _PySeam_CodeVersion(code);
     size_t slot = ((uintptr_t)instr / sizeof(_Py_CODEUNIT))
                   & (LINE_CACHE_SIZE - 1);
     if (version != 0 && line_cache[slot].instr == instr
@@ -91,7 +89,7 @@ _PyDTrace_InstrLine(_PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
     {
         return line_cache[slot].line;
     }
-    int offset = (int)(instr - _PyCode_CODE(code));
+    int offset = _PySeam_InstrIndex(frame, instr);
     int line = PyCode_Addr2Line(code, offset * (int)sizeof(_Py_CODEUNIT));
     if (version != 0) {
         line_cache[slot].instr = instr;
@@ -115,16 +113,16 @@ _PyDTrace_TypeModuleName(PyTypeObject *type, char *buf, size_t size)
 {
     PyObject *dict = type->tp_dict;
     if (dict == NULL || !PyDict_CheckExact(dict)
-        || !DK_IS_UNICODE(((PyDictObject *)dict)->ma_keys))
+        || !_PySeam_DictStrKeysOnly(dict))
     {
         return UNKNOWN;
     }
-    PyObject *name = &_Py_ID(__module__);
-    Py_hash_t hash = _PyASCIIObject_CAST(name)->hash;
+    PyObject *name = _PySeam_ID(__module__);
+    Py_hash_t hash = _PySeam_StrCachedHash(name);
     if (hash == -1) {
         return UNKNOWN;
     }
-    PyObject *mod = _PyDict_GetItem_KnownHash(dict, name, hash);
+    PyObject *mod = _PySeam_DictGetKnownHash(dict, name, hash);
     return _PyDTrace_StrAsUTF8(mod, buf, size);
 }
 

@@ -36,13 +36,8 @@
  */
 
 #include "Python.h"
-#include "pycore_code.h"          // _PyCode_CODE()
-#include "pycore_dict.h"          // DK_IS_UNICODE()
 #include "pycore_dtrace.h"
-#include "pycore_frame.h"         // _PyInterpreterFrame
-#include "pycore_instruments.h"   // _Py_Instrumentation_GetLine()
-#include "pycore_pyatomic_ft_wrappers.h"
-#include "pycore_tuple.h"         // _PyTuple_FromArray()
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <string.h>
 
@@ -78,12 +73,12 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
         default:
             return;
     }
-    PyCodeObject *code = _PyFrame_GetCode(frame);
+    PyCodeObject *code = _PySeam_FrameCode(frame);
     struct _PyDTrace_CodeNames names;
     _PyDTrace_GetCodeNames(code, &names);
     if (entry) {
         PyDTrace_FUNCTION_ENTRY(names.filename, names.funcname,
-                                code->co_firstlineno);
+                                _PySeam_CodeFirstLine(code));
     }
     else {
         PyDTrace_FUNCTION_RETURN(names.filename, names.funcname,
@@ -117,12 +112,12 @@ _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
                 fire_function(event, frame, instr);
                 break;
         }
-        if (tstate->c_profilefunc == NULL) {
+        if (!_PySeam_HasProfileFunc(tstate)) {
             tools &= ~(1 << PY_MONITORING_SYS_PROFILE_ID);
         }
     }
     if ((tools & (1 << PY_MONITORING_SYS_TRACE_ID))
-        && tstate->c_tracefunc == NULL)
+        && !_PySeam_HasTraceFunc(tstate))
     {
         tools &= ~(1 << PY_MONITORING_SYS_TRACE_ID);
     }
@@ -132,10 +127,8 @@ _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
 static int
 instr_line(PyCodeObject *code, int index)
 {
-    if (code->_co_monitoring != NULL
-        && code->_co_monitoring->lines != NULL)
-    {
-        return _Py_Instrumentation_GetLine(code, index);
+    if (_PySeam_HasMonitoringLines(code)) {
+        return _PySeam_MonitoringLine(code, index);
     }
     return PyCode_Addr2Line(code, index * (int)sizeof(_Py_CODEUNIT));
 }
@@ -148,9 +141,9 @@ _PyDTrace_LegacyJump(PyThreadState *tstate, _PyInterpreterFrame *frame,
     /* Same rule as sys_trace_jump_func() in Python/legacy_tracing.c: a
      * backward jump within a line is reported as a new line. */
     if (PyDTrace_LINE_ENABLED()) {
-        PyCodeObject *code = _PyFrame_GetCode(frame);
-        int from = (int)(instr - _PyCode_CODE(code));
-        int to = (int)(target - _PyCode_CODE(code));
+        PyCodeObject *code = _PySeam_FrameCode(frame);
+        int from = _PySeam_InstrIndex(frame, instr);
+        int to = _PySeam_InstrIndex(frame, target);
         if (to <= from) {
             int to_line = instr_line(code, to);
             if (to_line >= 0 && to_line == instr_line(code, from)) {
@@ -158,7 +151,7 @@ _PyDTrace_LegacyJump(PyThreadState *tstate, _PyInterpreterFrame *frame,
             }
         }
     }
-    if (tstate->c_tracefunc == NULL) {
+    if (!_PySeam_HasTraceFunc(tstate)) {
         tools &= ~(1 << PY_MONITORING_SYS_TRACE_ID);
     }
     return tools;
@@ -171,7 +164,7 @@ _PyDTrace_FireLine(_PyInterpreterFrame *frame, int line)
         return;
     }
     struct _PyDTrace_CodeNames names;
-    _PyDTrace_GetCodeNames(_PyFrame_GetCode(frame), &names);
+    _PyDTrace_GetCodeNames(_PySeam_FrameCode(frame), &names);
     PyDTrace_LINE(names.filename, names.funcname, line);
 }
 
@@ -244,9 +237,7 @@ _PyDTrace_FireImportDone(PyObject *name, int found)
 int
 _PyDTrace_AuditOnly(PyInterpreterState *interp)
 {
-    return (PyDTrace_AUDIT_ENABLED()
-            && interp->runtime->audit_hooks.head == NULL
-            && interp->audit_hooks == NULL);
+    return PyDTrace_AUDIT_ENABLED() && !_PySeam_HasAuditHooks(interp);
 }
 
 void
@@ -264,7 +255,7 @@ _PyDTrace_FireAuditFromPython(PyObject *event, PyObject *const *args,
      * as upstream passes it.  Building it is the one allocation of this
      * probe; if it fails, the event is reported with an empty tuple. */
     PyObject *exc = PyErr_GetRaisedException();
-    PyObject *tuple = _PyTuple_FromArray(args, nargs);
+    PyObject *tuple = _PySeam_TupleFromArray(args, nargs);
     if (tuple == NULL) {
         PyErr_Clear();
     }

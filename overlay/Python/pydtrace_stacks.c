@@ -57,11 +57,8 @@
  */
 
 #include "Python.h"
-#include "pycore_ceval.h"         // _PyPerfTrampoline_Init()
 #include "pycore_dtrace.h"
-#include "pycore_interp.h"        // PyInterpreterState.eval_frame
-#include "pycore_pystate.h"       // _Py_IsMainInterpreter()
-#include "pycore_runtime.h"       // _PyRuntime
+#include "pydtrace_seam.h"        // CPython's internals
 
 #include <limits.h>               // PATH_MAX
 #include <stdio.h>                // snprintf()
@@ -115,15 +112,15 @@ static struct {
  * raises for lone surrogates). */
 static void
 write_entry(void *Py_UNUSED(state), const void *code_addr,
-            unsigned int code_size, PyCodeObject *co)
+            _PySeam_PerfCodeSize code_size, PyCodeObject *co)
 {
     char qualbuf[1024];
     char filebuf[PATH_MAX];
     char entry[sizeof(qualbuf) + sizeof(filebuf) + 8];
-    const char *qualname = _PyDTrace_StrAsUTF8(co->co_qualname, qualbuf,
-                                               sizeof(qualbuf));
-    const char *filename = _PyDTrace_StrAsUTF8(co->co_filename, filebuf,
-                                               sizeof(filebuf));
+    const char *qualname = _PyDTrace_StrAsUTF8(_PySeam_CodeQualname(co),
+                                               qualbuf, sizeof(qualbuf));
+    const char *filename = _PyDTrace_StrAsUTF8(_PySeam_CodeFilename(co),
+                                               filebuf, sizeof(filebuf));
     (void)snprintf(entry, sizeof(entry), "py::%s:%s", qualname, filename);
     (void)PyUnstable_WritePerfMapEntry(code_addr, code_size, entry);
 }
@@ -131,39 +128,35 @@ write_entry(void *Py_UNUSED(state), const void *code_addr,
 static int
 writes_perf_map(void)
 {
-    _PyPerf_Callbacks cur;
-    _PyPerfTrampoline_GetCallbacks(&cur);
-    return (cur.write_state == write_entry
-            || cur.write_state == _Py_perfmap_callbacks.write_state);
+    _PySeam_PerfWriter cur = _PySeam_CurrentPerfWriter();
+    return cur == write_entry || cur == _PySeam_PerfMapWriter();
 }
 
 static void
 stacks_on(PyInterpreterState *interp)
 {
-    if (stacks.owned || interp->eval_frame != NULL) {
+    if (stacks.owned || _PySeam_EvalFrame(interp) != NULL) {
         /* Ours already, the program's, or another PEP 523 evaluator's. */
         return;
     }
     if (stacks.evaluator != NULL
-        && _PyRuntime.ceval.perf.status == PERF_STATUS_OK)
+        && _PySeam_PerfTrampolineReady())
     {
         /* Turned off by stacks_off() only: everything is still set up. */
-        interp->eval_frame = stacks.evaluator;
+        _PySeam_SetEvalFrame(interp, stacks.evaluator);
         stacks.owned = 1;
         return;
     }
     PyObject *exc = PyErr_GetRaisedException();
     if (!writes_perf_map()) {
-        _PyPerf_Callbacks callbacks = _Py_perfmap_callbacks;
-        callbacks.write_state = write_entry;
-        (void)_PyPerfTrampoline_SetCallbacks(&callbacks);
+        (void)_PySeam_SetPerfWriter(write_entry);
     }
-    if (_PyPerfTrampoline_Init(1) < 0) {
+    if (_PySeam_PerfTrampolineInit(1) < 0) {
         PyErr_Clear();
-        interp->eval_frame = NULL;
+        _PySeam_SetEvalFrame(interp, NULL);
     }
     else {
-        stacks.evaluator = interp->eval_frame;
+        stacks.evaluator = _PySeam_EvalFrame(interp);
         stacks.owned = 1;
     }
     PyErr_SetRaisedException(exc);
@@ -175,8 +168,8 @@ stacks_off(PyInterpreterState *interp)
     if (!stacks.owned) {
         return;
     }
-    if (interp->eval_frame == stacks.evaluator) {
-        interp->eval_frame = NULL;
+    if (_PySeam_EvalFrame(interp) == stacks.evaluator) {
+        _PySeam_SetEvalFrame(interp, NULL);
     }
     stacks.owned = 0;
 }
@@ -192,14 +185,14 @@ _PyDTrace_StacksAllow(int allowed)
     if (allowed) {
         /* Before any Python code runs: see "co_extra" above.  With no slot
          * left, the trampoline asks for one when it starts, as upstream. */
-        stacks.code_extra_index = _PyEval_RequestCodeExtraIndex(NULL);
+        stacks.code_extra_index = PyUnstable_Eval_RequestCodeExtraIndex(NULL);
     }
 }
 
 Py_ssize_t
 _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate)
 {
-    if (!_Py_IsMainInterpreter(tstate->interp) || stacks.code_extra_taken) {
+    if (!_PySeam_IsMainInterp(tstate->interp) || stacks.code_extra_taken) {
         return -1;
     }
     /* For the trampoline's first start only.  It starts afresh only after
@@ -213,18 +206,17 @@ _PyDTrace_StacksCodeExtraIndex(PyThreadState *tstate)
 Py_ssize_t
 _PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp, Py_ssize_t index)
 {
-    if (index == stacks.code_extra_index && _Py_IsMainInterpreter(interp))
-    {
+    if (index == stacks.code_extra_index && _PySeam_IsMainInterp(interp)) {
         return index + 1;
     }
-    return interp->co_extra_user_count;
+    return _PySeam_CodeExtraUsers(interp);
 }
 
 void
 _PyDTrace_StacksApply(PyThreadState *tstate, int armed)
 {
     PyInterpreterState *interp = tstate->interp;
-    if (!_Py_IsMainInterpreter(interp) || !stacks.allowed) {
+    if (!_PySeam_IsMainInterp(interp) || !stacks.allowed) {
         return;
     }
     if (armed) {
@@ -238,7 +230,7 @@ _PyDTrace_StacksApply(PyThreadState *tstate, int armed)
 int
 _PyDTrace_StacksActivate(PyThreadState *tstate, const char *backend)
 {
-    if (!_Py_IsMainInterpreter(tstate->interp) || !stacks.owned
+    if (!_PySeam_IsMainInterp(tstate->interp) || !stacks.owned
         || strcmp(backend, "perf") != 0)
     {
         return 0;
@@ -252,7 +244,7 @@ _PyDTrace_StacksActivate(PyThreadState *tstate, const char *backend)
 int
 _PyDTrace_StacksDeactivate(PyThreadState *tstate)
 {
-    if (_Py_IsMainInterpreter(tstate->interp) && stacks.owned) {
+    if (_PySeam_IsMainInterp(tstate->interp) && stacks.owned) {
         /* The program never turned it on: already off as far as it can
          * tell.  A trampoline the program turned on is turned off by
          * upstream's code, tracer or not. */
@@ -264,7 +256,7 @@ _PyDTrace_StacksDeactivate(PyThreadState *tstate)
 int
 _PyDTrace_StacksHidden(PyThreadState *tstate)
 {
-    return _Py_IsMainInterpreter(tstate->interp) && stacks.owned;
+    return _PySeam_IsMainInterp(tstate->interp) && stacks.owned;
 }
 
 #elif defined(WITH_DTRACE)
@@ -284,7 +276,7 @@ Py_ssize_t
 _PyDTrace_StacksCodeExtraSize(PyInterpreterState *interp,
                               Py_ssize_t Py_UNUSED(index))
 {
-    return interp->co_extra_user_count;
+    return _PySeam_CodeExtraUsers(interp);
 }
 
 void

@@ -16,6 +16,14 @@
  *   Python/pydtrace_alloc.c       otel_memory:alloc/free (a wrapper of
  *                                 the PyMem allocators while armed)
  *
+ * Those files reach CPython's internals only through
+ * Include/internal/pydtrace_seam.h, the version seam (one per CPython
+ * series, series/X.Y/pydtrace_seam.h in cpython-usdt): a port changes the
+ * seam and the hooks, not the glue.  This header, which upstream's files
+ * include too, is the hooks' side: of CPython's internals it names only
+ * what the hooks pass or have at hand (frames, code units, PyStatus, the
+ * legacy tool slots' ids).
+ *
  * Rules for every helper (and for any probe added in the future):
  *   - arguments are computed only once the probe's semaphore is set;
  *   - no Python object is allocated, no Python code runs, no exception is
