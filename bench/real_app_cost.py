@@ -39,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from whole_stacks import STATS, bpf_stats, children, cpu_ns  # noqa: E402
+from whole_stacks import STATS, attached, bpf_stats, cpu_ns  # noqa: E402
 
 TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
 APP = os.path.join(TOP, "tests", "data", "real_app.py")
@@ -96,14 +96,7 @@ def traced_phase(pid, args):
                  "--probe", "profile:hz:%d" % args.hz, "--save", records,
                  "-p", str(pid)],
                 stdout=stdout, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and tool.poll() is None:
-                if os.path.exists(records) and os.path.getsize(records):
-                    break
-                time.sleep(0.05)
-            if tool.poll() is not None:
-                sys.exit("pystack.py failed: %s" % tool.stderr.read())
-            bpftrace = children(tool.pid)[0]
+            bpftrace = attached(tool, records)
             before = bpf_stats(bpftrace)
             tool_before = cpu_ns(tool.pid)
             time.sleep(args.seconds)

@@ -107,6 +107,19 @@ def cpu_ns(pid):
         "SC_CLK_TCK")
 
 
+def attached(tool, records):
+    """The pid of the bpftrace that pystack.py (process tool, --save
+    records) runs, once it has attached: its first record is there."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and tool.poll() is None:
+        if os.path.exists(records) and os.path.getsize(records):
+            break
+        time.sleep(0.05)
+    if tool.poll() is not None:
+        sys.exit("pystack.py failed: %s" % tool.stderr.read())
+    return children(tool.pid)[0]
+
+
 def traced_phase(pid, hz, seconds, python, native=True, depth=0):
     """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples,
     pystack.py's CPU ns)."""
@@ -119,15 +132,7 @@ def traced_phase(pid, hz, seconds, python, native=True, depth=0):
              "--max-depth", str(max(64, depth + 16)),
              "-p", str(pid)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Attached once the first record is there.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and tool.poll() is None:
-            if os.path.exists(records) and os.path.getsize(records):
-                break
-            time.sleep(0.05)
-        if tool.poll() is not None:
-            sys.exit("pystack.py failed: %s" % tool.stderr.read())
-        bpftrace = children(tool.pid)[0]
+        bpftrace = attached(tool, records)
         before = bpf_stats(bpftrace)
         tool_before = cpu_ns(tool.pid)
         start = time.monotonic_ns()
