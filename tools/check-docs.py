@@ -1,5 +1,5 @@
 """Build our pages of CPython's documentation with CPython's own Sphinx
-configuration, and print every warning located in them.
+configuration, and print every warning about them.
 
 Run by tools/check-docs in the Debian root whose Sphinx it uses (see
 there for which and why).  usage: check-docs.py DOC OUT PAGE... [--all]
