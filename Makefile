@@ -47,7 +47,7 @@ export SERIES
 	shared install-shared check-shared deb check-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
 .PHONY: check-bpftrace-versions check-deb-trixie compare-bpftrace-versions
-.PHONY: dtrace-root check-dtrace
+.PHONY: dtrace-root check-dtrace check-docs
 
 all: build
 
@@ -157,6 +157,15 @@ dtrace-root:
 # examples under DTrace for Linux.
 check-dtrace: build
 	tools/check-dtrace $(S)/obj
+
+# make check's tier 12 alone: our pages of the documentation (the howto
+# and the toolkit's page) built by Sphinx with the prepared tree's
+# Doc/conf.py, failing on any warning in them; Sphinx is Debian forky's,
+# in the root of tools/dtrace-root (docs/howto-build.md).  It needs the
+# prepared tree only, not the build.
+TREES += docs
+check-docs: $(S)/stamps/prepare
+	tools/check-docs
 
 # Upstream's whole regression suite on our build and on a pristine build of
 # the same version; the results must be the same.

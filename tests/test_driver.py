@@ -646,6 +646,22 @@ if [ "${STANDIN_FAIL:-}" = $n ]; then
     echo 'check-install: error: it broke' >&2; exit 1
 fi
 """,
+    "check-docs": """
+if [ -n "${STANDIN_DOCS_SKIP:-}" ]; then
+    echo 'check-docs: SKIPPED the documentation build: not root' >&2
+    exit 0
+fi
+echo 'check-docs: Sphinx 9.1.0 with docutils 0.23' >&2
+if [ "${STANDIN_FAIL:-}" = 12 ]; then
+    echo '/x/Doc/howto/usdt-tools.rst:3: WARNING: undefined label: x'
+    echo 'check-docs.py: howto/instrumentation.rst: 0 warnings' >&2
+    echo 'check-docs.py: howto/usdt-tools.rst: 1 warnings' >&2
+    echo 'check-docs: error: Sphinx warns about our pages (above)' >&2
+    exit 1
+fi
+echo 'check-docs.py: howto/instrumentation.rst: 0 warnings' >&2
+echo 'check-docs.py: howto/usdt-tools.rst: 0 warnings' >&2
+""",
 }
 
 
@@ -728,6 +744,8 @@ class CheckAllTest(unittest.TestCase):
             "0 failed, 2 skipped",
             "tier 11 (toolkit on bpftrace 0.23 and 0.27): passed: 52 tests "
             "run, 0 failed, 1 skipped",
+            "tier 12 (our pages under Sphinx): passed: 2 pages run, "
+            "0 failed, 0 skipped",
             "left behind in %s: nothing new (python-usdt-*, perf-PID.map)"
             % self.systmp])
 
@@ -740,20 +758,31 @@ class CheckAllTest(unittest.TestCase):
                          "skipped: tools/dtrace cannot run DTrace: needs "
                          "root")
 
+    def test_docs_skipped(self):
+        # Tier 12 skipped says why.
+        proc, lines = self.check_all(STANDIN_DOCS_SKIP="1")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(lines[11], "tier 12 (our pages under Sphinx): "
+                         "passed: 0 pages run, 0 failed, 1 skipped; "
+                         "skipped: not root")
+
     def test_summary_after_a_failure(self):
         # The tiers run so far, and those that did not run.
-        for tier in (2, 4, 7, 10, 11):
+        for tier in (2, 4, 7, 10, 11, 12):
             with self.subTest(tier=tier):
                 proc, lines = self.check_all(STANDIN_FAIL=str(tier))
                 self.assertNotEqual(proc.returncode, 0, proc.stderr)
-                self.assertEqual(len(lines), 12, proc.stderr)
-                for n, line in enumerate(lines[:11], 1):
+                self.assertEqual(len(lines), 13, proc.stderr)
+                for n, line in enumerate(lines[:12], 1):
                     self.assertTrue(line.startswith("tier %d (" % n), line)
                     if n == tier:
                         self.assertIn("): FAILED: ", line)
                         if tier == 2:
                             self.assertIn(": 14 tests run, 3 failed, "
                                           "4 skipped", line)
+                        if tier == 12:
+                            self.assertIn(": 2 pages run, 1 failed, "
+                                          "0 skipped", line)
                     elif n > max(tier, 3):
                         self.assertTrue(line.endswith("): not run"), line)
                     else:
