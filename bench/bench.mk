@@ -7,6 +7,7 @@
 # made only for the benchmarks are added to TREES here, for make clean.
 
 .PHONY: bench bench-quick bench-watcher bench-stacks bench-whole-stacks bench-soak \
+	bench-profile-parts \
 	bench-framepointers-release bench-framepointers-release-wall \
 	bench-release bench-tools
 
@@ -132,6 +133,13 @@ bench-whole-stacks: build
 		--out-json docs/whole-stacks-depth100.json
 	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json docs/whole-stacks-real-app.json
+
+# Where profile's BPF time per sample goes: pystack's program cut down
+# part by part, on the real application and a one-frame loop
+# (bench/profile_parts.py, docs/whole-stacks.md).
+bench-profile-parts: build
+	$(SYSTEM_PYTHON) bench/profile_parts.py $(S)/obj/python \
+		--seconds 10 --out-json docs/profile-parts.json
 
 # 100 sessions of pystack --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
