@@ -38,9 +38,11 @@ def run(argv=None):
         "Doc/howto/usdt-tools.rst).",
         epilog="Cost (make bench-whole-stacks, docs/whole-stacks.md; "
         "2-core VM, quiet): BPF time per sample about 10 us at 30 Python "
-        "frames and 15 us at 100, with or without --native (about 5 us of "
-        "it is bpftrace waking its reader for the first record); "
-        "pystack's own CPU about 0.2 ms per sample.")
+        "frames and 15 us at 100 of a synthetic workload, with or without "
+        "--native; 33 to 46 us on a real application (docutils and "
+        "pygments: its frames cost about 1 us each, and the first record "
+        "about 10 us, which wakes bpftrace's reader); pystack's own CPU "
+        "about 0.2 to 0.4 ms per sample.")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
                         "field PYTHON stands for the interpreter's path "
