@@ -7,6 +7,7 @@
 # made only for the benchmarks are added to TREES here, for make clean.
 
 .PHONY: bench bench-quick bench-watcher bench-stacks bench-whole-stacks bench-soak \
+	bench-profile-parts \
 	bench-framepointers-release bench-framepointers-release-wall \
 	bench-release bench-tools
 
@@ -117,7 +118,7 @@ bench-stacks: build
 	$(SYSTEM_PYTHON) bench/stacks.py $(S)/obj/python \
 		--out-md docs/stacks.md --out-json docs/stacks.json
 
-# What pystack.py --native costs: BPF time per sample, and the traced
+# What pystack --native costs: BPF time per sample, and the traced
 # process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
 # frames; then profile's BPF time per sample on a real application
 # (docutils and pygments, bench/real_app_cost.py) (docs/whole-stacks.md).
@@ -133,7 +134,14 @@ bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json docs/whole-stacks-real-app.json
 
-# 100 sessions of pystack.py --probe profile:hz:99 -p of 2 s each against
+# Where profile's BPF time per sample goes: pystack's program cut down
+# part by part, on the real application and a one-frame loop
+# (bench/profile_parts.py, docs/whole-stacks.md).
+bench-profile-parts: build
+	$(SYSTEM_PYTHON) bench/profile_parts.py $(S)/obj/python \
+		--seconds 10 --out-json docs/profile-parts.json
+
+# 100 sessions of pystack --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
 # server's fds, threads and RSS back to their baseline (bench/soak_profile.py).
 bench-soak: build

@@ -1,4 +1,4 @@
-"""What pystack.py's profile costs on a real application, in BPF.
+"""What pystack's profile costs on a real application, in BPF.
 
 The application is tests/data/real_app.py (docutils renders 150 lines of
 our howto, pygments highlights _bpftrace.py in asyncio's worker threads;
@@ -7,7 +7,7 @@ a scratch directory on PYTHONPATH), run over and over by one process for
 the whole bench.  Phases of SECONDS each, CYCLES times: nothing attached,
 then
 
-    pystack.py --probe profile:hz:HZ --json --max-depth 512 -p PID
+    pystack --probe profile:hz:HZ --json --max-depth 512 -p PID
 
 (with --native too when asked).  For each traced phase:
 
@@ -18,7 +18,7 @@ then
   process) per sample, an upper bound of a sample's walk;
 - the frames per sample, and how many frames have no line (there must
   be none: the bench fails otherwise);
-- pystack.py's own CPU time (user and system, all its threads) per
+- pystack's own CPU time (user and system, all its threads) per
   sample.
 
 usage: python3 bench/real_app_cost.py PYTHON [--seconds S] [--cycles K]
@@ -41,7 +41,7 @@ TOP = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from whole_stacks import STATS, attached, bpf_stats, cpu_ns  # noqa: E402
 
-TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
+TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "pystack")
 APP = os.path.join(TOP, "tests", "data", "real_app.py")
 RST = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
 SOURCE = os.path.join(TOP, "overlay", "Lib", "usdt", "_bpftrace.py")
@@ -69,7 +69,7 @@ while not done.is_set():
 
 
 def frames_of(rows):
-    """(samples, frames, frames without a line) of pystack.py's JSON."""
+    """(samples, frames, frames without a line) of pystack's JSON."""
     samples = frames = unknown = 0
     for row in rows:
         samples += row["count"]
@@ -105,7 +105,7 @@ def traced_phase(pid, args):
             tool.send_signal(signal.SIGINT)
             _, stderr = tool.communicate(timeout=300)
         if tool.returncode != 0:
-            sys.exit("pystack.py failed (%d): %s" % (tool.returncode, stderr))
+            sys.exit("pystack failed (%d): %s" % (tool.returncode, stderr))
         with open(out) as f:
             rows = json.load(f)
     samples, frames, unknown = frames_of(rows)
@@ -159,7 +159,7 @@ def main():
             with open(STATS, "w") as f:
                 f.write(stats_before)
     print("%d Hz%s, real application: BPF time per sample %s us, %s "
-          "frames per sample, pystack.py CPU per sample %s us (%s samples),"
+          "frames per sample, pystack CPU per sample %s us (%s samples),"
           " frames without a line: %d"
           % (args.hz, " --native" if args.native else "",
              ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)

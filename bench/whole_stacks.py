@@ -1,4 +1,4 @@
-"""pystack.py --native: what sampling whole stacks costs, in BPF and to the
+"""pystack --native: what sampling whole stacks costs, in BPF and to the
 traced process.
 
 One process runs bench/stacks_workload.py, a call-heavy loop timed in fixed
@@ -6,7 +6,7 @@ rounds (about ten Python calls deep per outer() call).  Its phases, each
 SECONDS long, repeated CYCLES times:
 
   idle    nothing attached;
-  99      `pystack.py --native --probe profile:hz:99 -p PID`;
+  99      `pystack --native --probe profile:hz:99 -p PID`;
   idle    nothing attached;
   999     the same at 999 Hz.
 
@@ -18,11 +18,11 @@ For each traced phase:
   the samples the tool counted in the process;
 - the process's slowdown: the median round time of the phase over that of
   the two idle phases around it.  On a machine whose CPUs are shared, the
-  tracer's own user-space work (bpftrace printing, pystack.py reading the
+  tracer's own user-space work (bpftrace printing, pystack reading the
   mappings) competes with the process too: that is part of what is
   measured.
 
-- pystack.py's own CPU time (user and system, all its threads: the
+- pystack's own CPU time (user and system, all its threads: the
   records read, the code objects read from the process and their lines
   decoded) in the phase, per sample of the process.
 
@@ -47,7 +47,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
-TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
+TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "pystack")
 WORKLOAD = os.path.join(HERE, "stacks_workload.py")
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -108,7 +108,7 @@ def cpu_ns(pid):
 
 
 def attached(tool, records):
-    """The pid of the bpftrace that pystack.py (process tool, --save
+    """The pid of the bpftrace that pystack (process tool, --save
     records) runs, once it has attached: its first record is there."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and tool.poll() is None:
@@ -116,13 +116,13 @@ def attached(tool, records):
             break
         time.sleep(0.05)
     if tool.poll() is not None:
-        sys.exit("pystack.py failed: %s" % tool.stderr.read())
+        sys.exit("pystack failed: %s" % tool.stderr.read())
     return children(tool.pid)[0]
 
 
 def traced_phase(pid, hz, seconds, python, native=True, depth=0):
     """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples,
-    pystack.py's CPU ns)."""
+    pystack's CPU ns)."""
     with tempfile.TemporaryDirectory(prefix="whole-stacks") as tmp:
         records = os.path.join(tmp, "records")
         tool = subprocess.Popen(
@@ -225,7 +225,7 @@ def main():
     for hz in rates:
         rows = [r for r in results if r["hz"] == hz]
         print("%d Hz, depth %d: BPF time per sample of the process %s us, "
-              "pystack.py CPU per sample %s us (%s "
+              "pystack CPU per sample %s us (%s "
               "samples), slowdown %s %% (median %.2f %%)"
               % (hz, args.depth,
                  ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)

@@ -1,5 +1,6 @@
 """Shared helpers for the tests of the built interpreter and its driver."""
 
+import importlib
 import importlib.util
 import os
 import re
@@ -25,6 +26,39 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
 
 
 _bpftrace_module = None
+
+# The package usdt of this tree: the tracing tools (usdt.pystack,
+# usdt.tools) and their ready scripts (usdt/scripts).
+USDT_PACKAGE = os.path.join(TOP, "overlay", "Lib", "usdt")
+# Code that imports USDT_PACKAGE (the path in sys.argv[1]) as usdt, under
+# any Python 3, as python3 PATH/usdt/pystack does: for tests that run its
+# modules in a process of their own.
+IMPORT_USDT = textwrap.dedent("""\
+    import importlib.util, os, sys
+    _spec = importlib.util.spec_from_file_location(
+        "usdt", os.path.join(sys.argv[1], "__init__.py"),
+        submodule_search_locations=[sys.argv[1]])
+    sys.modules["usdt"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["usdt"])
+    """)
+
+
+def usdt_module(name):
+    """The module usdt.<name> of this tree (USDT_PACKAGE), imported with
+    the package as usdt in this process: not the built interpreter's copy
+    of it, which is only as new as the last make."""
+    package = sys.modules.get("usdt")
+    if package is None or os.path.dirname(
+            os.path.abspath(package.__file__)) != USDT_PACKAGE:
+        for loaded in list(sys.modules):
+            if loaded == "usdt" or loaded.startswith("usdt."):
+                del sys.modules[loaded]
+        spec = importlib.util.spec_from_file_location(
+            "usdt", os.path.join(USDT_PACKAGE, "__init__.py"),
+            submodule_search_locations=[USDT_PACKAGE])
+        sys.modules["usdt"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["usdt"])
+    return importlib.import_module("usdt." + name)
 
 
 def bpftrace_module():
@@ -354,13 +388,13 @@ def stapsdt_notes(binary, arguments=False):
     return notes
 
 
-# pystack.py's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
+# pystack's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
 # bytes of a file name.
 PYSTACK_STRLEN = 128
 
 
 def pystack_filename(filename, strlen=PYSTACK_STRLEN):
-    """filename as pystack.py prints it: its last strlen - 1 bytes, after
+    """filename as pystack prints it: its last strlen - 1 bytes, after
     "..." when cut (the paths of a clone under a deep directory are)."""
     raw = filename.encode()
     if len(raw) <= strlen - 1:
@@ -542,7 +576,7 @@ class Bpftrace:
         return text
 
 
-# The line in which usdt.tools and pystack.py count the known harmless
+# The line in which usdt.tools and pystack count the known harmless
 # warnings of bpftrace they left out (usdt._bpftrace.left_out_note()).
 LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|pystack): \d+ known harmless "
                            r"bpftrace warnings? not shown \(-v shows "

@@ -11,7 +11,7 @@ import unittest
 
 from support import bpftrace_module
 
-# bpftrace 0.27's stdout while it compiled pystack.py's program: warnings
+# bpftrace 0.27's stdout while it compiled pystack's program: warnings
 # that 0.17 needs the constructs of, one of them on a macro, whose
 # expansion 0.27 notes in a block of its own.  Then the -c command's
 # output.
@@ -30,7 +30,7 @@ is already of type int64
 TRUTH big 180039576
 """
 
-# bpftrace 0.27's stdout while it compiled pystack.py's program for a
+# bpftrace 0.27's stdout while it compiled pystack's program for a
 # tracepoint: a warning on two lines, then a located one, each followed
 # by the note on its macro's expansion.  Then a record.
 RANGED_027 = """\
@@ -165,7 +165,7 @@ class VerboseTest(unittest.TestCase):
                          "(tested: 0.17, 0.23, 0.27)\n")
 
 
-# A program written with range loops, as pystack.py writes its own: a
+# A program written with range loops, as pystack writes its own: a
 # nested loop, a continue, braces in a string and in a comment.
 RANGE_PROGRAM = """\
 BEGIN

@@ -5,18 +5,14 @@ the libc that this interpreter runs on, the CFA, where rbp was saved and
 where the return address is."""
 
 import bisect
-import os
 import re
 import subprocess
-import sys
 import unittest
 
-from support import TOP
+from support import usdt_module
 
-sys.path.insert(0, os.path.join(TOP, "overlay", "Lib", "usdt"))
-sys.path.insert(0, os.path.join(TOP, "overlay", "Tools", "usdt"))
-import _cfi  # noqa: E402
-from pystack import Elf  # noqa: E402
+_cfi = usdt_module("_cfi")
+Elf = usdt_module("pystack.offsets").Elf
 
 REGISTERS = {6: "rbp", 7: "rsp"}
 

@@ -1,12 +1,12 @@
 """The D scripts, under DTrace for Linux, against the built interpreter.
 
-Every D script of Tools/usdt/, upstream's seed call_stack.d
+Every D script of Lib/usdt/scripts/, upstream's seed call_stack.d
 (Lib/test/dtracedata) and every DTrace example of
 Doc/howto/instrumentation.rst (read from the howto itself) runs under
 DTrace for Linux, through tools/dtrace, twice: with -c, where the probes
 are named python$target, and attached with -p to a process that waits for
 the tracer, where the howto's one-liners and the seed name them
-python<PID> (the Tools/usdt scripts keep python$target, which names the
+python<PID> (the Lib/usdt/scripts scripts keep python$target, which names the
 -p process too).  Each run is compared with the same ground truth as the
 bpftrace twin of the script in test_usdt_scripts.py, from the same
 workloads: sys.setprofile() for the function and C function probes,
@@ -659,7 +659,7 @@ class CallStackTest(DTraceTestCase):
                 self.assertEqual(bt.call_stack_lines(output), expected, output)
 
     def test_howto_shows_the_script(self):
-        # The howto's code block is Tools/usdt/call_stack.d's program.
+        # The howto's code block is Lib/usdt/scripts/call_stack.d's program.
         with open(HOWTO) as f:
             howto = f.read()
         _, text = script("call_stack.d")
@@ -1206,7 +1206,7 @@ class HowtoOneLinersTest(DTraceTestCase):
 
     def test_every_example_is_tested(self):
         # Each DTrace command of the howto is a one-liner above, a script
-        # of Tools/usdt (run by the tests above), or the probe listing.
+        # of Lib/usdt/scripts (run by the tests above), or the probe listing.
         scripts = {name for name in os.listdir(USDT) if name.endswith(".d")}
         for words in howto_commands():
             with self.subTest(command=" ".join(words)):

@@ -1,10 +1,10 @@
-"""Tools/usdt/pystack.py: the Python stacks of the threads hitting a probe.
+"""Lib/usdt/pystack: the Python stacks of the threads hitting a probe.
 
 Each workload knows its own stacks: at the very line where it makes the
 call that hits the probe (os.write for write(2), gc.collect for
 gc__start, time.sleep for taking the GIL back), it records
 traceback.extract_stack(), and the names (co_qualname) of the same frames,
-into a JSON file.  pystack.py must report exactly those stacks, as many
+into a JSON file.  pystack must report exactly those stacks, as many
 times as they were recorded: every frame's name, file and line.
 
 The tool runs as documented, with the system's python3 when there is one
@@ -24,11 +24,12 @@ import textwrap
 import time
 import unittest
 
-from support import (PYTHON, TOP, free_threaded, readline,
-                     require_bpftrace, run, start, stapsdt_notes,
+from support import (IMPORT_USDT, PYTHON, TOP, USDT_PACKAGE, free_threaded,
+                     readline, require_bpftrace, run, start, stapsdt_notes,
                      tracer_required, tracer_unusable)
 
-TOOL = os.path.join(TOP, "overlay", "Tools", "usdt", "pystack.py")
+# The tool, run by its path (its directory, with __main__.py).
+TOOL = os.path.join(USDT_PACKAGE, "pystack")
 # The tool runs under any Python 3: prefer the system's.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
 
@@ -779,14 +780,13 @@ class PystackOffsetsTest(unittest.TestCase):
     what the interpreter says about itself."""
 
     def test_offsets_and_runtime(self):
-        proc = run([TOOL_PYTHON, "-c", textwrap.dedent("""\
-            import json, sys
-            sys.path.insert(0, sys.argv[1])
-            import pystack
-            i = pystack.Interpreter(sys.argv[2])
+        proc = run([TOOL_PYTHON, "-c", IMPORT_USDT + textwrap.dedent("""\
+            import json
+            from usdt.pystack.offsets import Interpreter
+            i = Interpreter(sys.argv[2])
             print(json.dumps([i.version, i.runtime_vaddr, i.tls_offset,
                               i.text_vaddr]))
-            """), os.path.dirname(TOOL), PYTHON])
+            """), USDT_PACKAGE, PYTHON])
         self.assertEqual(proc.returncode, 0, proc.stderr)
         version, runtime, tls, text = json.loads(proc.stdout)
         proc = run([PYTHON, "-c", "import sys; print(sys.hexversion)"])

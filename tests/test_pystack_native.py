@@ -1,4 +1,4 @@
-"""pystack.py --native: whole stacks, native and Python frames merged.
+"""pystack --native: whole stacks, native and Python frames merged.
 
 The ground truth is the traced program itself and gdb:
 
@@ -8,7 +8,7 @@ The ground truth is the traced program itself and gdb:
 - the native part: gdb stops the same program at the same events (the
   write(2) syscall to one file descriptor, the gc__start marker) and
   prints its backtrace without inlined frames, as the frame pointers see
-  it.  Each run of Python frames of pystack.py's stack stands for one
+  it.  Each run of Python frames of pystack's stack stands for one
   activation of the evaluator, _PyEval_EvalFrameDefault in gdb's.
 
 And, as a held-out check: attached with -p to a process whose outer()
@@ -30,9 +30,10 @@ import unittest
 
 import support
 import test_pystack as base
-from support import (PYTHON, free_threaded, perf_map_entries, perf_map_path,
-                     pystack_filename, readline, require_bpftrace, run,
-                     run_gdb, start)
+from support import (IMPORT_USDT, PYTHON, USDT_PACKAGE, free_threaded,
+                     perf_map_entries, perf_map_path, pystack_filename,
+                     readline, require_bpftrace, run, run_gdb, start,
+                     usdt_module)
 
 # Writes to FD from Python code re-entered from C (sorted's key, map's
 # function), in a thread, a generator and coroutines.
@@ -327,7 +328,7 @@ class NativeStacksBase(unittest.TestCase):
 
     def check_python(self, rows, recorded, stderr=None):
         """The Python frames of each merged stack are the recorded ones,
-        their file names as pystack.py prints them: the last
+        their file names as pystack prints them: the last
         DEFAULT_STRLEN - 1 bytes, after "..." when cut (the standard
         library's paths are longer in a clone under a deep directory)."""
         found = collections.Counter()
@@ -434,7 +435,7 @@ class NativeStacksTest(NativeStacksBase):
 
     def test_instrumentation_callbacks_against_traceback_and_gdb(self):
         # In the release build (PGO), the evaluator calls these callbacks
-        # from its .cold part: gdb must see that there, and pystack.py
+        # from its .cold part: gdb must see that there, and pystack
         # must take it for the evaluator as well.
         _, writes = self.check_writes(CALLBACKS)
         self.assertGreater(writes, 20)
@@ -555,7 +556,7 @@ class AttachTest(unittest.TestCase):
 
     def test_perf_trampoline(self):
         # -X perf: every Python call goes through a trampoline, a native
-        # frame in anonymous memory named in the perf map; pystack.py
+        # frame in anonymous memory named in the perf map; pystack
         # leaves it out, for its Python frame is there already.
         rows, stderr = self.sample("-X", "perf")
         self.check_trampolines(rows, stderr)
@@ -602,7 +603,7 @@ class FoldedTest(NativeStacksBase):
         self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
                          3, proc.stdout)
         python = os.path.basename(os.path.realpath(PYTHON))
-        # The file name as pystack.py prints it: cut, after "...", in a
+        # The file name as pystack prints it: cut, after "...", in a
         # clone under a deep directory.
         shown = pystack_filename(example)
         for line in lines:
@@ -665,7 +666,7 @@ class FoldedTest(NativeStacksBase):
 
 
 class ToolsTest(NativeStacksBase):
-    """python -m usdt.tools stacks takes pystack.py's options."""
+    """python -m usdt.tools stacks takes pystack's options."""
 
     def test_stacks_native_json_filtered(self):
         workload = self.workload(WRITES)
@@ -685,7 +686,7 @@ class ToolsTest(NativeStacksBase):
 
 
     def test_walker_limits_passed_on(self):
-        # alloc passes its limits to pystack.py, whose error says what to
+        # alloc passes its limits to pystack, whose error says what to
         # lower; a failed run prints no tables.  (--max-entries, which
         # alloc still passes on, has no effect: lines are decoded in user
         # space.)
@@ -715,12 +716,6 @@ def remove_perf_map(pid):
         os.unlink(perf_map_path(pid))
 
 
-def load_pystack():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("pystack", base.TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeSymbolizer:
@@ -742,7 +737,7 @@ class FakeSymbolizer:
 
 
 class MergeTest(unittest.TestCase):
-    """pystack.py's merge of made-up records, cut stacks included: what
+    """pystack's merge of made-up records, cut stacks included: what
     the limits of the howto's "Whole stacks" say."""
 
     NAMES = {0x10: ("leaf_c", "/lib/x.so"),
@@ -784,14 +779,14 @@ class MergeTest(unittest.TestCase):
         return lines
 
     def test_support_knows_the_default_strlen(self):
-        # support.pystack_filename() cuts file names as pystack.py does.
-        self.assertEqual(load_pystack().DEFAULT_STRLEN,
+        # support.pystack_filename() cuts file names as pystack does.
+        self.assertEqual(usdt_module("pystack.offsets").DEFAULT_STRLEN,
                          support.PYSTACK_STRLEN)
 
     def merged(self, lines, max_native=128, read_at=10):
-        pystack = load_pystack()
-        stacks, notes = pystack.parse(
-            lines, pystack.CodeReader(), FakeSymbolizer(self.NAMES, read_at),
+        stacks, notes = usdt_module("pystack.output").parse(
+            lines, usdt_module("pystack.records").CodeReader(),
+            FakeSymbolizer(self.NAMES, read_at),
             max_native)
         (stack, count), = stacks.items()
         return [frame[0] for frame in stack], notes
@@ -865,7 +860,8 @@ class MergeTest(unittest.TestCase):
         # bpftrace -c holds the command after its exec() while it
         # attaches: the interpreter and the dynamic loader are mapped, no
         # library yet.
-        symbolizer = load_pystack().Symbolizer("/opt/py/bin/python3.13")
+        symbolizer = usdt_module("pystack.native").Symbolizer(
+            "/opt/py/bin/python3.13")
         symbolizer.maps[7] = [
             (0x1000, 0x2000, 0, "/opt/py/bin/python3.13"),
             (0x3000, 0x4000, 0, "/usr/lib/x86_64-linux-gnu/"
@@ -879,7 +875,7 @@ class MergeTest(unittest.TestCase):
 
     def test_read_after_compares_with_bpftrace_clock(self):
         # The hit times are bpftrace's nsecs, CLOCK_MONOTONIC.
-        symbolizer = load_pystack().Symbolizer()
+        symbolizer = usdt_module("pystack.native").Symbolizer()
         before = time.monotonic_ns()
         symbolizer.snapshot(os.getpid())
         after = time.monotonic_ns()
@@ -894,12 +890,11 @@ class MergeTest(unittest.TestCase):
 # its header's bytes from ob_type on, before and after, which must be
 # equal: not another object's since).  No thread is started, which in
 # the free-threaded build would make code objects immortal (gh-117696).
-OBJECT_HEADER = textwrap.dedent("""\
-    import gc, importlib.util, os, sys, weakref
-    spec = importlib.util.spec_from_file_location("pystack", sys.argv[1])
-    pystack = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pystack)
-    reader = pystack.CodeReader(pystack.Interpreter(sys.executable))
+OBJECT_HEADER = IMPORT_USDT + textwrap.dedent("""\
+    import gc, weakref
+    from usdt.pystack.offsets import Interpreter
+    from usdt.pystack.records import CodeReader
+    reader = CodeReader(Interpreter(sys.executable))
     print("build", reader.header.build)
     namespace = {}
     exec(compile("def f():\\n    pass\\n", "<header>", "exec"), namespace)
@@ -933,7 +928,7 @@ class ObjectHeaderTest(unittest.TestCase):
     code object freed since is not alive."""
 
     def test_alive_immortal_freed(self):
-        proc = run([PYTHON, "-c", OBJECT_HEADER, base.TOOL], timeout=60)
+        proc = run([PYTHON, "-c", OBJECT_HEADER, USDT_PACKAGE], timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stdout.splitlines(), [
             "build %s" % ("free-threaded" if free_threaded() else "default"),

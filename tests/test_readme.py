@@ -184,7 +184,7 @@ class ReadmeExamples(unittest.TestCase):
 
     def test_named_files_exist(self):
         # Paths relative to the clone's top (examples/fib.py,
-        # overlay/Tools/usdt/call_stack.bt) must be in the repository, and
+        # overlay/Lib/usdt/scripts/call_stack.bt) must be in the repository, and
         # no command may name an absolute path of some machine.
         relative = re.compile(r"(?<![\w$/.-])((?:[\w.+-]+/)+[\w.+-]+)")
         absolute = re.compile(r"(?<![\w$}])/[\w.+-]+/[\w./+-]+")

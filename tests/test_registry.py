@@ -6,7 +6,7 @@ number of arguments as the stapsdt notes give them; for each: its howto
 entry (an ".. object::" of Doc/howto/instrumentation.rst with the same
 arguments), whether upstream declares it (pristine Include/pydtrace.d), the
 C file that fires it, the patch that adds its hook, every ready script of
-Tools/usdt that uses it (per tracer, in that tracer's spelling, all of
+Lib/usdt/scripts that uses it (per tracer, in that tracer's spelling, all of
 them), the usdt.tools tools that trace it, and at least one test module
 that tests it by name or through one of its scripts.  A probe that loses
 its doc, a script or a test fails here.
@@ -19,7 +19,7 @@ import unittest
 
 from support import PYTHON, SERIES, TOP, registry, stapsdt_notes
 
-USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
+USDT = os.path.join(TOP, "overlay", "Lib", "usdt", "scripts")
 HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
 PATCHES = os.path.join(TOP, "series", SERIES, "patches")
 TOOLS_PY = os.path.join(TOP, "overlay", "Lib", "usdt", "tools.py")

@@ -1,8 +1,8 @@
-"""The scripts of Tools/usdt/, run against the built interpreter.
+"""The scripts of Lib/usdt/scripts/, run against the built interpreter.
 
 Each bpftrace script runs as it is documented,
 
-    bpftrace -q -c "PYTHON workload.py" Tools/usdt/SCRIPT.bt PYTHON [ARG]
+    bpftrace -q -c "PYTHON workload.py" Lib/usdt/scripts/SCRIPT.bt PYTHON [ARG]
 
 on a small workload whose behaviour is known, and the test checks both the
 shape of the output (the one Doc/howto/instrumentation.rst shows) and its
@@ -48,7 +48,7 @@ from support import (Bpftrace, Hang, PYTHON, SETTRACE_LINES, Semaphore, TOP,
 from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
                          py_frame, start_consenting_workload)
 
-USDT = os.path.join(TOP, "overlay", "Tools", "usdt")
+USDT = os.path.join(TOP, "overlay", "Lib", "usdt", "scripts")
 
 # "<timestamp>\t<probe, right-aligned on 15>:<indent><file>:<func>:<line>"
 CALL_STACK_LINE = re.compile(
@@ -1446,7 +1446,7 @@ class StrlenAdviceTest(UsdtScriptTestCase):
 
     bpftrace keeps strings on the 512-byte BPF stack, so a value that suits
     one script can make another fail to load.  Each value runs with each
-    script of Tools/usdt that it is shown for, and bpftrace's default with
+    script of Lib/usdt/scripts that it is shown for, and bpftrace's default with
     every script, on a workload whose file name is longer than any value,
     so that the output also shows where the name is cut.
     """
@@ -1465,7 +1465,7 @@ class StrlenAdviceTest(UsdtScriptTestCase):
         for script in scripts:
             need = script_strlen(script)
             if need is not None:
-                self.assertIn(os.path.join("overlay", "Tools", "usdt",
+                self.assertIn(os.path.join("overlay", "Lib", "usdt", "scripts",
                                            script),
                               documented.get(need, {}), script)
         # bpftrace accepts at most 200: a longer base name

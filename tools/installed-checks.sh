@@ -103,14 +103,19 @@ expect_100_hits() {
 }
 
 # expect_tools_calls PYTHON SCRIPT: python -m usdt.tools calls, with the
-# ready scripts installed next to it, counts the 100 calls of f in SCRIPT;
+# ready scripts installed in usdt/scripts and pystack's program in
+# usdt/pystack (make install copies only the directories that
+# LIBSUBDIRS names), counts the 100 calls of f in SCRIPT;
 # or skip for a reason bpftrace gave (fail under CI or REQUIRE_TRACER).
 # Static builds only: bpftrace 0.17's -c cannot find the probes of a
 # libpython that the child has not loaded yet.
 expect_tools_calls() {
-    local py=$1 script=$2 out
-    [ -f "$("$py" -c 'import os, usdt; print(os.path.dirname(usdt.__file__))')/top-functions.bt" ] ||
-        die "top-functions.bt is not installed next to usdt.tools"
+    local py=$1 script=$2 out package
+    package=$("$py" -c 'import os, usdt; print(os.path.dirname(usdt.__file__))')
+    [ -f "$package/scripts/top-functions.bt" ] ||
+        die "top-functions.bt is not installed in $package/scripts"
+    [ -f "$package/pystack/program.bt" ] ||
+        die "pystack's program.bt is not installed in $package/pystack"
     if ! command -v bpftrace > /dev/null; then
         skip_tracer "usdt.tools: bpftrace not found"
         return

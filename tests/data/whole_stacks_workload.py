@@ -1,4 +1,4 @@
-"""A long-running workload for pystack.py --native -p (test_pystack_native).
+"""A long-running workload for pystack --native -p (test_pystack_native).
 
 usage: whole_stacks_workload.py [SECONDS]
 

@@ -25,6 +25,19 @@ file to attach to (with -p, bpftrace also accepts * for it):
 paths.  x86-64 Linux only; see docs/usdt-module.md in cpython-usdt.
 """
 
-from _usdt import MAX_ARGS, Probe, TracedFunction, traced
-
 __all__ = ["Probe", "traced", "TracedFunction", "MAX_ARGS"]
+
+try:
+    from _usdt import MAX_ARGS, Probe, TracedFunction, traced
+except ImportError as error:
+    # Another Python, running the tracing tools of this package by their
+    # path (python3 LIBDIR/usdt/pystack): they need none of this, and the
+    # names say why they are missing when used.
+    _missing = error
+
+    def __getattr__(name):
+        if name in __all__:
+            raise ImportError("usdt.%s needs the _usdt module of "
+                              "cpython-usdt's interpreter: %s"
+                              % (name, _missing), name=name)
+        raise AttributeError("module 'usdt' has no attribute %r" % name)

@@ -1,6 +1,6 @@
 """The one place that knows how each bpftrace version differs.
 
-usdt.tools and pystack.py run bpftrace through this module: it finds
+usdt.tools and pystack run bpftrace through this module: it finds
 bpftrace on PATH, reads its version once, gives it its string and map
 limits the way that version takes them, and tells its known harmless
 noise from what a person must see.
@@ -342,8 +342,8 @@ def find(tracefs=True):
     return _FOUND[path]
 
 
-# Set (to 1) by usdt.tools -v and pystack.py -v, and so seen by the
-# pystack.py that usdt.tools runs: name the bpftrace used, and show the
+# Set (to 1) by usdt.tools -v and pystack -v, and so seen by the
+# pystack that usdt.tools runs: name the bpftrace used, and show the
 # warnings that NoiseFilter would leave out.
 VERBOSE = "USDT_TOOLS_VERBOSE"
 
@@ -419,7 +419,7 @@ NOISE = (
     re.compile(r"WARNING: Can't lookup map element because it does not "
                r"exist"),
     # 0.23 and 0.27: a sum or comparison of a kernel and a user value,
-    # which pystack.py's programs make in a kernel probe (a tracepoint):
+    # which pystack's programs make in a kernel probe (a tracepoint):
     # the values they read through uptr() are the user's, 0.27's
     # constants there the kernel's (0.23's casts of constants, which the
     # programs avoid).  Nothing depends on it: every read is uptr()'s.

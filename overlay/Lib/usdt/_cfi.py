@@ -342,10 +342,7 @@ def syscall_sites(elf):
 
 
 def main(argv):
-    import os
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                    "Tools", "usdt"))
-    from pystack import Elf
+    from usdt.pystack.offsets import Elf
     frames = EhFrame(Elf(argv[1]))
     for address in argv[2:]:
         print(hex(int(address, 0)), frames.row(int(address, 0)))

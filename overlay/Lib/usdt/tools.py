@@ -11,10 +11,11 @@ interpreter, with the same options everywhere:
     -f TEXT       keep only the entries whose key contains TEXT (a module,
                   a file, a function)
 
-The tools are the bpftrace scripts of Tools/usdt, installed next to this
-module, run with the limits each one needs (its string length and map
-size, set the way the bpftrace found takes them: see usdt._bpftrace,
-which also says which versions are tested), warning of each update a
+The tools are the ready bpftrace scripts of usdt/scripts, and pystack
+(usdt.pystack, run in this process) for stacks, alloc and profile, run
+with the limits each one needs (its string length and map size, set the
+way the bpftrace found takes them: see usdt._bpftrace, which also says
+which versions are tested), warning of each update a
 full map refuses (-k up to bpftrace 0.23): when a map is full anyway, the
 number of events dropped is said on standard error.
 bpftrace's known harmless warnings (RLIMIT_MEMLOCK, deprecations) are
@@ -42,6 +43,7 @@ import threading
 import time
 
 from usdt import _bpftrace, profiles
+from usdt.pystack import cli as pystack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -156,9 +158,11 @@ def check_pid(pid, binary):
 
 
 def script_path(name):
-    path = os.path.join(HERE, name)
+    """The path of the ready script *name*, in usdt/scripts."""
+    path = os.path.join(HERE, "scripts", name)
     if not os.path.exists(path):
-        raise Error("%s is not installed next to %s" % (name, __file__))
+        raise Error("%s is not installed in %s"
+                    % (name, os.path.dirname(path)))
     return path
 
 
@@ -176,7 +180,7 @@ def filter_output(text, needle):
 
 
 def filter_stacks(text, needle):
-    """The stacks of pystack.py's output that have a frame holding
+    """The stacks of pystack's output that have a frame holding
     needle: folded lines, or blocks of a count and its frames."""
     blocks = re.split(r"(?<=\n)\n", text) if "\n\n" in text else None
     if blocks is None:
@@ -411,7 +415,7 @@ COUNTER_LINE = re.compile(r"^@(collisions|too_deep): (\d+)$")
 
 def fold_callpaths(text):
     """Folded stacks of callpaths.bt's output, weighted by own time in
-    nanoseconds, frames as pystack.py names them ("name (file:line)",
+    nanoseconds, frames as pystack names them ("name (file:line)",
     the line of the def); and its counters (collisions, too_deep)."""
     maps = collections.defaultdict(dict)
     counters = collections.Counter()
@@ -522,7 +526,7 @@ def profile_kinds(args):
                     period=period)
     if args.tool == "alloc":
         # The bytes first: pprof's default (default_sample_type) and
-        # speedscope's weights; then the objects (extra: pystack.py's
+        # speedscope's weights; then the objects (extra: pystack's
         # --also-folded-objects).
         prefix = "inuse" if args.live else "alloc"
         return dict(sample_types=((prefix + "_space", "bytes"),
@@ -541,12 +545,12 @@ def write(args, text):
 
 
 def run_pystack(args, pystack_args):
-    """(status, counts) of pystack.py run with pystack_args; with --pprof
-    or --speedscope in args, their files are written of the same stacks
-    (pystack.py --also-folded)."""
+    """(status, counts) of pystack (usdt.pystack) run with pystack_args,
+    in this process; with --pprof or --speedscope in args, their files
+    are written of the same stacks (pystack's --also-folded)."""
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
-        # pystack's counts go to a file of their own; its standard output,
-        # the -c command's, is ours.
+        # pystack's counts go to a file of their own; standard output is
+        # the -c command's.
         output = os.path.join(tmp, "stacks")
         wanted = getattr(args, "pprof", None) or getattr(args, "speedscope",
                                                          None)
@@ -556,39 +560,17 @@ def run_pystack(args, pystack_args):
         # alloc's profiles have the objects too (--size).
         objects = (os.path.join(tmp, "objects")
                    if wanted and "--size" in pystack_args else None)
-        # -d counts from when bpftrace has attached (pystack.py knows),
-        # not from now: compiling takes seconds on a loaded machine.
-        cmd = [sys.executable, script_path("pystack.py"), "--python",
-               args.binary, "--output", output, *pystack_args,
-               *(["--duration", str(args.duration)]
-                 if args.duration is not None else []),
-               *(["--also-folded", folded]
-                 if wanted and folded != output else []),
-               *(["--also-folded-objects", objects] if objects else []),
-               *target_args(args)]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-        copier = threading.Thread(target=forward_stderr,
-                                  args=(proc.stderr, sys.stderr.buffer))
-        copier.start()
-        stopping = False
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=1 if stopping else None)
-                    break
-                except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGINT)
-                except KeyboardInterrupt:
-                    stopping = True
-                    if proc.poll() is None:
-                        proc.send_signal(signal.SIGINT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            copier.join()
-            proc.stderr.close()
-        # (Before the counts' check: alloc's tables give pystack.py an
+        # -d counts from when bpftrace has attached (pystack knows), not
+        # from now: compiling takes seconds on a loaded machine.
+        argv = ["--python", args.binary, "--output", output, *pystack_args,
+                *(["--duration", str(args.duration)]
+                  if args.duration is not None else []),
+                *(["--also-folded", folded]
+                  if wanted and folded != output else []),
+                *(["--also-folded-objects", objects] if objects else []),
+                *target_args(args)]
+        status = run_in_process(argv)
+        # (Before the counts' check: alloc's tables give pystack an
         # --output of their own.)
         if wanted and os.path.exists(folded):
             with open(folded, encoding="utf-8", errors="replace") as f:
@@ -604,28 +586,49 @@ def run_pystack(args, pystack_args):
                     counted = filter_stacks(counted, args.filter)
                 kinds["extra"] = counted
             elif "default_type" in kinds:
-                # No objects counted (pystack.py ended first): the bytes.
+                # No objects counted (pystack ended first): the bytes.
                 kinds["sample_types"] = kinds["sample_types"][:1]
             write_profiles(args, text, **kinds)
         if not os.path.exists(output):
-            # pystack.py failed before counting (said why, on stderr).
-            return proc.returncode, ""
+            # pystack failed before counting (said why, on stderr).
+            return status, ""
         with open(output, encoding="utf-8", errors="replace") as f:
-            return proc.returncode, f.read()
+            return status, f.read()
+
+
+def run_in_process(argv):
+    """pystack's exit status for argv.  Ctrl-C (SIGINT) and SIGTERM stop
+    its tracing, which it then counts; the handlers of this process are
+    put back after it (pystack ignores SIGINT while it counts)."""
+    handlers = {signum: signal.getsignal(signum)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, pystack.interrupt)
+    try:
+        return pystack.run(argv)
+    except SystemExit as exit:
+        # Its options refused (argparse said why).
+        return exit.code if isinstance(exit.code, int) else 2
+    except KeyboardInterrupt:
+        # Before bpftrace started: nothing traced, nothing to count.
+        return 130
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def add_walker_limits(parser):
-    """The options of pystack.py's limits, for a tool that runs it."""
+    """The options of pystack's limits, for a tool that runs it."""
     parser.add_argument("--max-depth", type=int, metavar="N",
                         help="Python frames kept per stack (default 64)")
     parser.add_argument("--max-entries", type=int, metavar="N",
-                        help="no effect (pystack.py decodes the frames' "
+                        help="no effect (pystack decodes the frames' "
                         "lines in user space, without a budget); "
                         "accepted for the scripts that give it")
 
 
 def walker_options(args):
-    """pystack.py's limits that args gives (--max-depth, --max-entries,
+    """pystack's limits that args gives (--max-depth, --max-entries,
     --max-native)."""
     options = []
     for option in ("max_depth", "max_entries", "max_native"):
@@ -679,7 +682,7 @@ def alloc_command(args):
         status, text = run_pystack(args, options + ["--json", "--output",
                                                     counts])
         if not os.path.exists(counts):
-            # pystack.py said why (bpftrace's error, a refusal): no
+            # pystack said why (bpftrace's error, a refusal): no
             # tables of nothing.
             write(args, text)
             return status or 2
@@ -707,7 +710,7 @@ ALLOC_KEYS = {
 
 
 def alloc_tables(rows, live, by, top, needle):
-    """The tables of usdt.tools alloc: pystack.py's JSON rows (count =
+    """The tables of usdt.tools alloc: pystack's JSON rows (count =
     the weights of the stack's samples) summed by the innermost frame's
     line, function and file, the largest first."""
     what = ("Bytes still allocated when tracing stopped, of those "
@@ -826,7 +829,7 @@ def native_profile(args):
 def profile_command(args):
     if args.native and walker_options(args):
         raise Error("--max-depth and --max-entries limit the Python stacks "
-                    "that pystack.py walks; --native takes perf's native "
+                    "that pystack walks; --native takes perf's native "
                     "stacks instead")
     if args.native:
         status, text = native_profile(args)
@@ -839,14 +842,14 @@ def profile_command(args):
                                           % args.hz, "--filter", where,
                                           "--folded", *walker_options(args)])
     if status and not text:
-        # pystack.py said why (a free-threaded build, bpftrace's error).
+        # pystack said why (a free-threaded build, bpftrace's error).
         return status
     if args.filter:
         text = filter_stacks(text, args.filter)
     if args.svg:
         draw(args.svg, text, "<profile>", "no samples", "CPU profile")
     if args.native:
-        # pystack.py wrote them of the same stacks otherwise.
+        # pystack wrote them of the same stacks otherwise.
         write_profiles(args, text, **profile_kinds(args))
     write(args, text)
     return status

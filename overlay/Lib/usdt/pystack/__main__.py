@@ -1,0 +1,36 @@
+"""python -m usdt.pystack; under any other Python 3, python3 PATH, where
+PATH is this directory (LIBDIR/usdt/pystack, or the source tree's
+Lib/usdt/pystack)."""
+
+import os
+import signal
+import sys
+
+if __package__:
+    from .cli import interrupt, main
+else:
+    # Run by its path, under a Python whose usdt (if any) is not this
+    # one: the package usdt is loaded from the directory above, which is
+    # not put on sys.path (it is another Python's standard library), and
+    # this directory is taken off it (its modules would hide the standard
+    # library's of the same name).
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0]) == here:
+        del sys.path[0]
+    package = os.path.dirname(here)
+    spec = importlib.util.spec_from_file_location(
+        "usdt", os.path.join(package, "__init__.py"),
+        submodule_search_locations=[package])
+    sys.modules["usdt"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["usdt"])
+    from usdt.pystack.cli import interrupt, main
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT stops tracing and prints (Ctrl-C, kill -INT): also in a
+    # process started with SIGINT ignored, as a shell script starts its
+    # background jobs, where Python would leave it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(main())
