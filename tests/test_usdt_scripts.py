@@ -1758,8 +1758,14 @@ class HttpRoutesTest(UsdtScriptTestCase):
                 for line in proc.stdout.splitlines()[1:]}, proc.stdout
 
     def test_counts_and_latencies_per_route(self):
+        # SIGINT as from a terminal, also when the tests run as a
+        # background job of a shell without job control, which ignores it
+        # there (and Python keeps an ignored SIGINT ignored): Ctrl-C ends
+        # the server below.
         server = start(self, [PYTHON, self.SERVER, "0"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                        signal.SIG_DFL))
 
         def interrupt():
             # Before stop() kills it: a killed server leaves its files.
