@@ -43,7 +43,6 @@ import threading
 import time
 
 from usdt import _bpftrace, profiles
-from usdt.pystack import cli as pystack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -599,7 +598,10 @@ def run_pystack(args, pystack_args):
 def run_in_process(argv):
     """pystack's exit status for argv.  Ctrl-C (SIGINT) and SIGTERM stop
     its tracing, which it then counts; the handlers of this process are
-    put back after it (pystack ignores SIGINT while it counts)."""
+    put back after it (pystack ignores SIGINT while it counts).  Imported
+    here: the script tools and --help need none of pystack (nor its
+    program.bt read)."""
+    from usdt.pystack import cli as pystack
     handlers = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
