@@ -1,9 +1,9 @@
 """Shared helpers for the tests of the built interpreter and its driver."""
 
 import importlib
-import importlib.util
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
@@ -25,7 +25,6 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, SERIES, "obj", "python"))
 
 
-_bpftrace_module = None
 
 # The package usdt of this tree: the tracing tools (usdt.pystack,
 # usdt.tools) and their ready scripts (usdt/scripts).
@@ -34,12 +33,9 @@ USDT_PACKAGE = os.path.join(TOP, "overlay", "Lib", "usdt")
 # any Python 3, as python3 PATH/usdt/pystack does: for tests that run its
 # modules in a process of their own.
 IMPORT_USDT = textwrap.dedent("""\
-    import importlib.util, os, sys
-    _spec = importlib.util.spec_from_file_location(
-        "usdt", os.path.join(sys.argv[1], "__init__.py"),
-        submodule_search_locations=[sys.argv[1]])
-    sys.modules["usdt"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["usdt"])
+    import os, runpy, sys
+    runpy.run_path(os.path.join(sys.argv[1], "_frompath.py"))["load"](
+        sys.argv[1])
     """)
 
 
@@ -50,27 +46,15 @@ def usdt_module(name):
     package = sys.modules.get("usdt")
     if package is None or os.path.dirname(
             os.path.abspath(package.__file__)) != USDT_PACKAGE:
-        for loaded in list(sys.modules):
-            if loaded == "usdt" or loaded.startswith("usdt."):
-                del sys.modules[loaded]
-        spec = importlib.util.spec_from_file_location(
-            "usdt", os.path.join(USDT_PACKAGE, "__init__.py"),
-            submodule_search_locations=[USDT_PACKAGE])
-        sys.modules["usdt"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["usdt"])
+        runpy.run_path(os.path.join(USDT_PACKAGE, "_frompath.py"))["load"](
+            USDT_PACKAGE)
     return importlib.import_module("usdt." + name)
 
 
 def bpftrace_module():
     """usdt._bpftrace of this tree (overlay/Lib/usdt), the runner that
     knows how each bpftrace version differs."""
-    global _bpftrace_module
-    if _bpftrace_module is None:
-        path = os.path.join(TOP, "overlay", "Lib", "usdt", "_bpftrace.py")
-        spec = importlib.util.spec_from_file_location("usdt_bpftrace", path)
-        _bpftrace_module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_bpftrace_module)
-    return _bpftrace_module
+    return usdt_module("_bpftrace")
 
 
 def bpftrace_runner():

@@ -14,16 +14,12 @@ else:
     # not put on sys.path (it is another Python's standard library), and
     # this directory is taken off it (its modules would hide the standard
     # library's of the same name).
-    import importlib.util
+    import runpy
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0]) == here:
         del sys.path[0]
     package = os.path.dirname(here)
-    spec = importlib.util.spec_from_file_location(
-        "usdt", os.path.join(package, "__init__.py"),
-        submodule_search_locations=[package])
-    sys.modules["usdt"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sys.modules["usdt"])
+    runpy.run_path(os.path.join(package, "_frompath.py"))["load"](package)
     from usdt.pystack.cli import interrupt, main
 
 if __name__ == "__main__":
