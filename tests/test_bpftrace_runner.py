@@ -241,8 +241,9 @@ class LoopsTest(unittest.TestCase):
 
 
 class BufferPagesTest(unittest.TestCase):
-    """BPFTRACE_PERF_RB_PAGES: 0.17's default (64), 1024 for 0.23, 4096
-    from 0.25, where it sizes one ring buffer for all CPUs whose own
+    """BPFTRACE_PERF_RB_PAGES: before 0.25, 1024 pages per CPU, less on a
+    machine of more than 4 CPUs (16 MiB in all, at least bpftrace's 64);
+    4096 from 0.25, where it sizes one ring buffer for all CPUs whose own
     default reaches 4096 pages with enough memory."""
 
     def pages(self, version, base=None):
@@ -251,11 +252,18 @@ class BufferPagesTest(unittest.TestCase):
         return runner.environ(base=base or {}).get("BPFTRACE_PERF_RB_PAGES")
 
     def test_by_version(self):
-        self.assertIsNone(self.pages((0, 17, 0)))
-        self.assertEqual(self.pages((0, 23, 2)), "1024")
-        self.assertEqual(self.pages((0, 24, 0)), "1024")
+        here = str(bpftrace_module().per_cpu_pages(os.cpu_count()))
+        self.assertEqual(self.pages((0, 17, 0)), here)
+        self.assertEqual(self.pages((0, 23, 2)), here)
+        self.assertEqual(self.pages((0, 24, 0)), here)
         self.assertEqual(self.pages((0, 25, 0)), "4096")
         self.assertEqual(self.pages((0, 27, 0)), "4096")
+
+    def test_per_cpu_by_cpus(self):
+        per_cpu_pages = bpftrace_module().per_cpu_pages
+        self.assertEqual([per_cpu_pages(cpus) for cpus in
+                          (1, 2, 4, 5, 8, 16, 64, 256)],
+                         [1024, 1024, 1024, 512, 512, 256, 64, 64])
 
     def test_set_kept(self):
         self.assertEqual(self.pages((0, 27, 0),

@@ -23,9 +23,13 @@ import subprocess
 import sys
 
 TESTED = ((0, 17), (0, 23), (0, 27))
-# The BPFTRACE_PERF_RB_PAGES that environ() gives a version after 0.17,
-# unless one is set (0.17 keeps its default, 64): 1024 before 0.25,
-# 4096 from 0.25 (RINGBUF_RB_PAGES).
+# The BPFTRACE_PERF_RB_PAGES that environ() gives bpftrace, unless one is
+# set.  Up to 0.24 it sizes a buffer per CPU, 64 pages by default, which
+# lost records under load: 864 of test_pystack's GIL waits with 0.23,
+# and 3,495 of alloc's records with 0.17 on the free-threaded build.
+# 1024 pages per CPU lost none; on a machine of many CPUs, the tools
+# give each CPU less (per_cpu_pages()), so that the buffers take no more
+# than 0.25's one ring buffer.
 LATER_RB_PAGES = 1024
 # From 0.25 the variable sizes the one ring buffer of all CPUs, whose
 # default grows with the memory available, up to 4096 pages (16 MiB;
@@ -33,6 +37,18 @@ LATER_RB_PAGES = 1024
 # would shrink it, and lost 3,673 of test_gil_waits' records on 0.27
 # with both CPUs busy.
 RINGBUF_RB_PAGES = 4096
+DEFAULT_RB_PAGES = 64
+
+
+def per_cpu_pages(cpus):
+    """The pages per CPU that environ() gives a bpftrace before 0.25 on
+    a machine of *cpus* CPUs: LATER_RB_PAGES, halved (perf wants a power
+    of two) while the buffers of all CPUs would take more than
+    RINGBUF_RB_PAGES, but never under bpftrace's own default."""
+    pages = LATER_RB_PAGES
+    while pages > DEFAULT_RB_PAGES and pages * cpus > RINGBUF_RB_PAGES:
+        pages //= 2
+    return pages
 
 
 class Error(Exception):
@@ -98,21 +114,17 @@ class Bpftrace:
             # 0.23 ends a string cut at the limit with "..", which reads as
             # part of it (a file name): the tools mark their own cuts.
             env["BPFTRACE_STR_TRUNC_TRAILER"] = ""
-            # Its buffer for printf()'s records, 64 pages by default,
-            # lost 864 of pystack's records in test_pystack's GIL waits
-            # (0.17's did not); 1024 pages lost none.
-            env.setdefault("BPFTRACE_PERF_RB_PAGES", str(self.rb_pages))
+        # Its buffer for printf()'s records (LATER_RB_PAGES says why).
+        env.setdefault("BPFTRACE_PERF_RB_PAGES", str(self.rb_pages))
         return env
 
     @property
     def rb_pages(self):
         """The BPFTRACE_PERF_RB_PAGES that environ() gives this version:
-        None up to 0.17 (its default, 64), LATER_RB_PAGES up to 0.24,
-        RINGBUF_RB_PAGES from 0.25."""
-        if self.version is not None and self.version[:2] <= (0, 17):
-            return None
+        before 0.25, per_cpu_pages() of this machine's CPUs; from 0.25,
+        RINGBUF_RB_PAGES."""
         if self.version is not None and self.version[:2] < (0, 25):
-            return LATER_RB_PAGES
+            return per_cpu_pages(os.cpu_count() or 1)
         return RINGBUF_RB_PAGES
 
     @property
