@@ -13,6 +13,11 @@ bench/real_app_cost.py and against a one-frame loop:
   no-F        the whole program, its F records not printed (their frames
               still read)
   whole       the program as pystack runs it
+  maps        the whole program with its records kept in maps
+              (@F[tid, event, batch], @D[tid, event], @Z[tid, event])
+              instead of printed, and the maps printed and cleared every
+              100 ms: what a sample costs without bpftrace's output
+              buffer (its first record per sample wakes the reader)
 
 For each: the BPF programs' run time over their runs (kernel.
 bpf_stats_enabled, set for the run and restored) from its start, per
@@ -53,10 +58,52 @@ def cut(text, start, end, replacement=""):
     return text[:i] + replacement + text[j:]
 
 
+RECORD = re.compile(r'printf\("PYSTACK ([DFZ]) [^"]*",\s*tid,\s*\$event,'
+                    r'\s*([^;]*)\);')
+
+
+def uint64(arg):
+    """The expression *arg* as a uint64 (a tuple's members must have the
+    same types at every assignment; bpftrace 0.17 takes "(uint64)(NAME)"
+    for a cast to a type NAME)."""
+    if arg.startswith("(uint64)"):
+        return arg
+    if re.fullmatch(r"\$?\w+", arg):
+        return "(uint64)" + arg
+    return "(uint64)(%s)" % arg
+
+
+def in_maps(whole):
+    """*whole* with each D, F and Z record kept in a map of its letter,
+    keyed by the thread, the event (and the batch), instead of printed,
+    and the maps printed and cleared every 100 ms (@n counts the
+    samples)."""
+    def keep(match):
+        letter, args = match.group(1), [
+            arg.strip() for arg in match.group(2).split(",")]
+        key = "tid, $event"
+        if letter == "F":
+            # pid, $batch, then the 16 words
+            key += ", " + args[1]
+            args = args[2:]
+        if letter == "D" and len(args) == 1:
+            # the D record of an empty stack: "max 0 0"
+            args += ["0", "0"]
+        values = ", ".join(uint64(arg) for arg in args)
+        count = "@n = count(); " if letter == "D" else ""
+        return "%s@%s[%s] = (%s);" % (count, letter, key, values)
+    program, replaced = RECORD.subn(keep, whole)
+    if replaced != 7:
+        sys.exit("profile_parts: expected 7 records to keep in maps, "
+                 "found %d" % replaced)
+    return program + ("\ninterval:ms:100\n{\n\tprint(@F); clear(@F);"
+                      " print(@D); clear(@D); print(@Z); clear(@Z);\n}\n")
+
+
 def variants(whole):
     """{name: program} of the variants described above."""
     walk = "\t$batch = 0;\n" if "\t$batch = 0;\n" in whole else "\tfor ($batch"
-    out = {"whole": whole}
+    out = {"whole": whole, "maps": in_maps(whole)}
     i = whole.index('printf("PYSTACK F')
     j = whole.index(";", i) + 1
     out["no-F"] = whole[:i] + (
