@@ -25,7 +25,6 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, SERIES, "obj", "python"))
 
 
-
 # The package usdt of this tree: the tracing tools (usdt.pystack,
 # usdt.tools) and their ready scripts (usdt/scripts).
 USDT_PACKAGE = os.path.join(TOP, "overlay", "Lib", "usdt")

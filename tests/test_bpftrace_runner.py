@@ -265,6 +265,17 @@ class BufferPagesTest(unittest.TestCase):
                           (1, 2, 4, 5, 8, 16, 64, 256)],
                          [1024, 1024, 1024, 512, 512, 256, 64, 64])
 
+    def test_advice_names_the_value_in_effect(self):
+        module = bpftrace_module()
+        self.assertEqual(
+            module.buffer_advice({"BPFTRACE_PERF_RB_PAGES": "8"}),
+            "set BPFTRACE_PERF_RB_PAGES higher than its 8")
+        self.assertEqual(
+            module.buffer_advice({}),
+            "set BPFTRACE_PERF_RB_PAGES higher than the tools' %d pages "
+            "per CPU here (bpftrace before 0.25), or 4096 from 0.25"
+            % module.per_cpu_pages(os.cpu_count()))
+
     def test_set_kept(self):
         self.assertEqual(self.pages((0, 27, 0),
                                     {"BPFTRACE_PERF_RB_PAGES": "64"}), "64")

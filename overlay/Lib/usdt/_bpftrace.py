@@ -40,15 +40,31 @@ RINGBUF_RB_PAGES = 4096
 DEFAULT_RB_PAGES = 64
 
 
-def per_cpu_pages(cpus):
+def per_cpu_pages(cpus=None):
     """The pages per CPU that environ() gives a bpftrace before 0.25 on
-    a machine of *cpus* CPUs: LATER_RB_PAGES, halved (perf wants a power
-    of two) while the buffers of all CPUs would take more than
-    RINGBUF_RB_PAGES, but never under bpftrace's own default."""
+    a machine of *cpus* CPUs (this one's by default): LATER_RB_PAGES,
+    halved (perf wants a power of two) while the buffers of all CPUs
+    would take more than RINGBUF_RB_PAGES, but never under bpftrace's
+    own default."""
+    if cpus is None:
+        cpus = os.cpu_count() or 1
     pages = LATER_RB_PAGES
     while pages > DEFAULT_RB_PAGES and pages * cpus > RINGBUF_RB_PAGES:
         pages //= 2
     return pages
+
+
+def buffer_advice(environ=None):
+    """What to do about records that bpftrace lost, in words: a larger
+    BPFTRACE_PERF_RB_PAGES than the one set in *environ* (os.environ),
+    or than the one environ() gives."""
+    given = (os.environ if environ is None else environ).get(
+        "BPFTRACE_PERF_RB_PAGES")
+    if given:
+        return "set BPFTRACE_PERF_RB_PAGES higher than its %s" % given
+    return ("set BPFTRACE_PERF_RB_PAGES higher than the tools' %d pages "
+            "per CPU here (bpftrace before 0.25), or %d from 0.25"
+            % (per_cpu_pages(), RINGBUF_RB_PAGES))
 
 
 class Error(Exception):
@@ -124,7 +140,7 @@ class Bpftrace:
         before 0.25, per_cpu_pages() of this machine's CPUs; from 0.25,
         RINGBUF_RB_PAGES."""
         if self.version is not None and self.version[:2] < (0, 25):
-            return per_cpu_pages(os.cpu_count() or 1)
+            return per_cpu_pages()
         return RINGBUF_RB_PAGES
 
     @property

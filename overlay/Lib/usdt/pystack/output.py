@@ -71,15 +71,9 @@ def parse(lines, codes, symbolizer=None, max_native=None,
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
             if lost:
-                given = os.environ.get("BPFTRACE_PERF_RB_PAGES")
                 notes["records lost by bpftrace (the traced program went "
-                      "too fast: set BPFTRACE_PERF_RB_PAGES higher than "
-                      + ("its %s" % given if given else
-                         "the tools' %d pages per CPU here, or %d from "
-                         "bpftrace 0.25"
-                         % (_bpftrace.per_cpu_pages(os.cpu_count() or 1),
-                            _bpftrace.RINGBUF_RB_PAGES))
-                      + ")"] += int(lost.group(1))
+                      "too fast: %s)" % _bpftrace.buffer_advice()
+                      ] += int(lost.group(1))
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
