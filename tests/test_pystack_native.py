@@ -103,6 +103,53 @@ SERVER = textwrap.dedent("""\
     server.shutdown()
     """)
 
+# The workload frees large blocks, which glibc's free() returns with
+# munmap(): a system call's site in libc that libc called, whose callers
+# pystack unwinds from a window of the stack with libc's CFI.
+FREES = textwrap.dedent("""\
+    from recorder import record
+
+    def release(megabytes):
+        box = [bytearray(megabytes << 20)]
+        record(box.clear())
+
+    def outer():
+        for megabytes in (40, 48, 56):
+            release(megabytes)
+
+    outer()
+    """)
+
+# Samples in glibc's memcpy(), which keeps no frame pointer and leaves rbp
+# as its caller had it: the frame pointers alone go from it to its
+# caller's caller (gdb, in copy(): __memcpy_* <- PyBuffer_ToContiguous <-
+# _PyBytes_FromBuffer), and in malloc(), realloc() and free(), which use
+# rbp for other things.
+COPIES = textwrap.dedent("""\
+    import time
+
+    data = bytearray(8 << 20)
+
+    def copy():
+        return bytes(data)
+
+    def churn():
+        return [str(i) for i in range(2000)]
+
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        copy()
+        churn()
+    """)
+
+# What pystack says when it found the callers of frames in libc (which
+# has no frame pointers) from libc's call-frame information: at a system
+# call's site, or from a window of the stack.
+CFI_NOTES = ("callers of system calls in libc found from its call-frame "
+             "information",
+             "stacks in libc unwound from a window of the stack with its "
+             "call-frame information")
+
 COLLECTIONS = textwrap.dedent("""\
     import gc
     from recorder import record
@@ -261,8 +308,7 @@ class NativeStacksBase(unittest.TestCase):
         proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--json",
                     *options, "-c", " ".join(command)], timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        if cfi and ("found from its call-frame information"
-                    not in proc.stderr):
+        if cfi and not any(note in proc.stderr for note in CFI_NOTES):
             self.skipTest("the command ran with a libc that the tool did "
                           "not read (-c under another root's bpftrace, "
                           "tools/bpftrace SUITE); with -p it reads the "
@@ -296,8 +342,7 @@ class NativeStacksBase(unittest.TestCase):
         whether it found the callers of libc's system calls from libc's
         call-frame information (when the process's libc is the one it
         read: not under another root's bpftrace with -c)."""
-        cfi = ("callers of system calls in libc found from its call-frame "
-               "information" in stderr)
+        cfi = any(note in stderr for note in CFI_NOTES)
         def key(stack):
             return tuple((library if i < innermost_by_library else name,
                           library)
@@ -388,6 +433,65 @@ class NativeStacksTest(NativeStacksBase):
             self.assertNotIn("[native frames lost]",
                              [f.get("symbol") for f in row["frames"]], row)
         self.check_native(rows, gdb, 1, stderr)
+
+    def test_frees_through_glibc_against_traceback_and_gdb(self):
+        # munmap() called by free(), both in glibc, which has no frame
+        # pointers: every C frame between glibc and the Python frames,
+        # as gdb has them at the same system call, none lost.
+        workload = self.workload(FREES)
+        expected = os.path.join(self.tmp, "expected.json")
+        command = [PYTHON, workload, expected]
+        rows, stderr = self.pystack(
+            ["--probe", "tracepoint:syscalls:sys_enter_munmap",
+             "--filter", "args->len >= 0x2000000"], command, cfi=True)
+        self.assertIn(CFI_NOTES[1], stderr)
+        with open(expected) as f:
+            recorded = json.load(f)
+        self.assertEqual(len(recorded), 3)
+        self.check_python(rows, recorded, stderr)
+        gdb = self.gdb_stacks("catch syscall munmap\n"
+                              "condition 1 $rsi >= 0x2000000 && "
+                              "$rax == -38\n"
+                              "commands 1\nsilent\npython dump_stack()\n"
+                              "continue\nend\n", command)
+        self.assertEqual(len(gdb), 3)
+        for row in rows:
+            self.assertNotIn("[native frames lost]",
+                             [f.get("symbol") for f in row["frames"]], row)
+        self.check_native(rows, gdb, 1, stderr)
+
+    def test_samples_in_glibc_find_their_callers(self):
+        # profile samples anywhere in glibc: every one unwound from its
+        # window with libc's CFI, none [native frames lost], and those in
+        # memcpy() name its caller, which the frame pointers skip.
+        workload = self.write("copies.py", COPIES)
+        proc = run([base.TOOL_PYTHON, base.TOOL, "--native", "--json",
+                    "--probe", "profile:hz:199", "-c",
+                    "%s %s" % (PYTHON, workload)], timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        if not any(note in proc.stderr for note in CFI_NOTES):
+            self.skipTest("the command ran with a libc that the tool did "
+                          "not read (-c under another root's bpftrace, "
+                          "tools/bpftrace SUITE)")
+        self.assertNotIn("its call-frame information did not find",
+                         proc.stderr)
+        in_libc = copies = 0
+        for row in json.loads(proc.stdout):
+            frames = row["frames"]
+            if not os.path.basename(frames[0].get("library", "")).startswith(
+                    "libc.so"):
+                continue
+            in_libc += row["count"]
+            self.assertNotIn("[native frames lost]",
+                             [f.get("symbol") for f in frames], row)
+            if re.match(r"__mem(cpy|move)_", frames[0]["symbol"]) and any(
+                    f.get("name") == "copy" for f in frames):
+                # bytes(data)'s; not realloc()'s, say, in churn().
+                copies += row["count"]
+                self.assertEqual(frames[1]["symbol"],
+                                 "PyBuffer_ToContiguous", row)
+        self.assertGreater(copies, 10, proc.stderr)
+        self.assertGreater(in_libc, copies, proc.stderr)
 
     def test_writes_against_traceback_and_gdb(self):
         rows, writes = self.check_writes(WRITES)
@@ -843,8 +947,8 @@ class MergeTest(unittest.TestCase):
                                  "[native frames lost]", "outer", "main"])
         self.assertIn("stacks marked [native frames lost] sampled in "
                       "_int_malloc (libc.so.6), built without frame "
-                      "pointers, whose call-frame information is used at "
-                      "its system calls only", notes)
+                      "pointers, whose call-frame information was not "
+                      "used (not the libc the tool read)", notes)
 
     def test_address_mapped_after_the_last_read_is_unknown(self):
         # The mappings were last read before the hit (a starved poller):

@@ -144,6 +144,10 @@ def run(argv=None):
         _bpftrace.set_verbose()
     try:
         if args.read:
+            # This machine's libc, for the windows of the stack copied at
+            # hits in libc (unwind_window() takes it only if its build ID
+            # is the one recorded).
+            args.libc = Libc.find(args)
             with open(args.read, encoding="utf-8", errors="replace") as f:
                 # --python names the interpreter's native frames that
                 # bpftrace could not name.

@@ -8,6 +8,7 @@ import os
 import struct
 import time
 
+from .. import _cfi
 from .._bpftrace import Error
 from .offsets import (Elf, Interpreter, PF_X, PT_DYNAMIC, PT_LOAD,
                       RUN_EVAL_CALLER)
@@ -33,7 +34,97 @@ THREAD_START = frozenset({
     "__clone", "__clone3"})
 
 
-def native_frames(event, symbolizer, notes, max_native):
+# How far unwind_window() follows libc's frames, and then the frame
+# pointers inside the window, before it gives up.
+MAX_WINDOW_FRAMES = 64
+
+
+def unwind_window(event, libc, notes):
+    """The return addresses of a hit in libc outside its system calls
+    (frame 0 there, the W and X records), found by unwinding the window of
+    the stack that BPF copied with libc's call-frame information, then by
+    the frame pointers inside the window up to where BPF's walk began:
+    the addresses that go between frame 0 and the A records' frame 1.
+    None, and a note that says why, where that does not lead to the
+    walk's start: then the walk is not this stack's."""
+    bias, sp, bp, start, build = event.window_regs
+    words, base = event.window, sp
+
+    def word(address):
+        if address % 8 or not base <= address < base + 8 * len(words):
+            return None
+        return words.get((address - base) // 8)
+
+    def lost(why):
+        notes["stacks in libc whose callers its call-frame information "
+              "did not find (%s), marked %s" % (why, UNWIND_LOST)] += 1
+
+    if libc is None or libc.build_id != build:
+        lost("the tool has no call-frame information of this libc, build "
+             "ID %016x" % build)
+        return None
+    rows = libc.row_cache
+    found = []
+    pc = event.addresses.get(0, 0)
+    for depth in range(MAX_WINDOW_FRAMES):
+        vaddr = pc - bias - (depth > 0)
+        if not libc.text[0] <= vaddr < libc.text[1]:
+            break
+        if vaddr not in rows:
+            rows[vaddr] = libc.frames.row(vaddr)
+        row = rows[vaddr]
+        if row is not None and row.registers.get(_cfi.RA) is _cfi.UNDEFINED:
+            # The thread's first frame (clone3(), _start): the end.
+            notes["stacks in libc unwound from a window of the stack with "
+                  "its call-frame information"] += 1
+            return found + [0]
+        if row is None or row.cfa is None or row.saved(_cfi.RA) != -8 or (
+                row.cfa[0] not in (_cfi.RSP, _cfi.RBP)):
+            lost("no rule for the return address at libc+%#x" % vaddr)
+            return None
+        cfa = (sp if row.cfa[0] == _cfi.RSP else bp) + row.cfa[1]
+        pc = word(cfa - 8)
+        saved = row.saved(_cfi.RBP)
+        if saved is None:
+            lost("rbp not known at libc+%#x" % vaddr)
+            return None
+        if saved is not _cfi.SAME:
+            bp = word(cfa + saved)
+        if pc is None or bp is None:
+            lost("libc's frames go past the %d bytes copied"
+                 % (8 * len(words)))
+            return None
+        sp = cfa
+        found.append(pc)
+    else:
+        lost("more than %d frames in libc" % MAX_WINDOW_FRAMES)
+        return None
+    # Out of libc, in code with frame pointers: rbp is its frame's.
+    for _ in range(MAX_WINDOW_FRAMES):
+        if bp == start and start:
+            notes["stacks in libc unwound from a window of the stack with "
+                  "its call-frame information"] += 1
+            return found
+        older, address = word(bp), word(bp + 8)
+        if older is None or address is None:
+            break
+        found.append(address)
+        if older == 0:
+            # The chain's end, inside the window (a thread's first
+            # function, called by start_thread() with rbp 0).
+            notes["stacks in libc unwound from a window of the stack with "
+                  "its call-frame information"] += 1
+            return found + [0]
+        if older <= bp:
+            break
+        bp = older
+    lost("its frame pointers do not lead to where the walk began"
+         if start else "no frame pointer of the interpreter's code in the "
+         "bytes copied")
+    return None
+
+
+def native_frames(event, symbolizer, notes, max_native, libc=None):
     """The hit's native frames, innermost first, named from the process's
     mappings (read while it ran) and the symbol tables of their files,
     or, for the interpreter's own code, from its load bias.  A return
@@ -48,15 +139,27 @@ def native_frames(event, symbolizer, notes, max_native):
     hidden = None
     addresses = [event.addresses.get(i, 0)
                  for i in range(len(event.addresses))]
-    if event.unwound is not None and addresses:
+    if event.unwound is not None and addresses and (
+            event.window_regs is None):
         # Frame 0 is a system call's site in libc; its caller, which the
         # frame pointers do not give, from libc's CFI (LIBC_STEP).
         addresses.insert(1, event.unwound)
         notes["callers of system calls in libc found from its call-frame "
               "information"] += 1
+    if event.window_regs is not None and addresses:
+        # Frame 0 is elsewhere in libc, or at a system call's site that
+        # libc called: its callers from the window.
+        found = unwind_window(event, libc, notes)
+        if found is None:
+            addresses = [addresses[0], -1]
+        else:
+            addresses[1:1] = found
     for i, address in enumerate(addresses):
         if address == 0 or (max_native and i >= max_native):
             break
+        if address == -1:
+            frames.append(NativeFrame(UNWIND_LOST, ""))
+            return frames
         found = None
         if symbolizer is not None:
             found = symbolizer.lookup(event.pid, address - (i > 0),
@@ -170,13 +273,13 @@ def merge(native, segments, python_cut, notes):
                   "pointers found, marked %s" % UNWIND_LOST] += 1
             if kept:
                 # Where the chain broke: in glibc, which keeps no frame
-                # pointers (malloc, say), and whose CFI the walk uses at
-                # its system calls only (LIBC_STEP).
+                # pointers (malloc, say), when its CFI was not used (the
+                # program did not know this libc: LIBC_STEP).
                 library = os.path.basename(kept[0].library) or "?"
                 notes["stacks marked %s sampled in %s (%s)%s" % (
                     UNWIND_LOST, kept[0].symbol, library,
                     ", built without frame pointers, whose call-frame "
-                    "information is used at its system calls only"
+                    "information was not used (not the libc the tool read)"
                     if library.startswith("libc.so") else "")] += 1
             inner = inner + [[Frame(UNWIND_LOST, "", None)]]
     if n > m:

@@ -16,7 +16,7 @@ from .native import NativeFrame, merge, native_frames
 
 
 def parse(lines, codes, symbolizer=None, max_native=None,
-          live=False, objects=None):
+          live=False, objects=None, libc=None):
     """(Counter of stacks, {note: count}) from the program's records.
 
     A stack is a tuple of Frames, innermost first; a hit without one
@@ -25,7 +25,8 @@ def parse(lines, codes, symbolizer=None, max_native=None,
     the frames: from what it read while the process ran, and from the C
     records of a saved run.
     The records of --native add the native stack, which merge() puts
-    together with the Python frames.
+    together with the Python frames; *libc* (a program.Libc) unwinds the
+    windows of the stack copied at hits in libc.
 
     With *live*, only the hits whose key no release (R record) took since
     count: the records are replayed in the order of their times, which
@@ -105,6 +106,13 @@ def parse(lines, codes, symbolizer=None, max_native=None,
                 event.addresses[8 * batch + k] = int(word, 16)
         elif kind == "U":
             event.unwound = int(fields[4], 16)
+        elif kind == "X":
+            batch = int(fields[4])
+            for k, word in enumerate(line.split()[5:13]):
+                event.window[8 * batch + k] = int(word, 16)
+        elif kind == "W":
+            event.window_regs = tuple(int(word, 16)
+                                      for word in line.split()[4:9])
         elif kind == "N":
             event.pid, event.bias = int(fields[4]), int(fields[5])
             event.native_more = fields[6] == "1"
@@ -123,7 +131,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
                 frames, segments = python_frames(event, codes, notes)
             if event.native is not None:
                 frames = merge(native_frames(event, symbolizer, notes,
-                                             max_native),
+                                             max_native, libc),
                                segments, event.more, notes) + (
                     frames if not segments else [])
             count(tuple(frames), weight, fields)
@@ -203,7 +211,7 @@ def report(lines, args, out, codes, symbolizer=None):
     stacks, notes = parse(lines, codes, symbolizer,
                           getattr(args, "max_native", None),
                           live=bool(getattr(args, "live", None)),
-                          objects=objects)
+                          objects=objects, libc=getattr(args, "libc", None))
     native = getattr(args, "native", False) or any(
         isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
     if args.folded:

@@ -8,7 +8,8 @@ import struct
 
 from .. import _bpftrace, _cfi
 from .._bpftrace import Error
-from .offsets import COOKIE, Elf, FRAME_OWNED_BY_CSTACK, THREAD_SIZE
+from .offsets import (COOKIE, Elf, FRAME_OWNED_BY_CSTACK, PF_X, PT_LOAD,
+                      THREAD_SIZE)
 
 
 def _templates():
@@ -156,6 +157,14 @@ HOLD_CLAUSE = TEMPLATES["HOLD_CLAUSE"]
 LIBC_STEP = TEMPLATES["LIBC_STEP"]
 LIBC_BEGIN = TEMPLATES["LIBC_BEGIN"]
 LIBC_FIND = TEMPLATES["LIBC_FIND"]
+# Elsewhere in libc's code (LIBC_STEP's second branch): the stack's first
+# WINDOW_BATCHES * 64 bytes from rsp, eight words a record, which
+# pystack unwinds with libc's CFI (native.unwind_window()); enough for
+# the allocator's and the string functions' frames.
+WINDOW_WORD = TEMPLATES["WINDOW_WORD"]
+# Whether $x0, at $slot, may be the frame pointer where the walk starts.
+WINDOW_CHECK = TEMPLATES["WINDOW_CHECK"]
+WINDOW_BATCHES = 8
 
 
 class Libc:
@@ -174,6 +183,17 @@ class Libc:
         self.build_id, = struct.unpack_from("<Q", elf.data,
                                             note["offset"] + 16)
         frames = _cfi.EhFrame(elf)
+        # Its code (the executable segment), where a sample's window is
+        # taken, and its CFI, with which pystack unwinds the window.
+        texts = [(vaddr, vaddr + memsz)
+                 for ptype, flags, _, vaddr, _, _, memsz, _ in elf.segments
+                 if ptype == PT_LOAD and flags & PF_X]
+        if len(texts) != 1:
+            raise Error("%s has %d executable segments, not 1"
+                        % (path, len(texts)))
+        self.text = texts[0]
+        self.frames = frames
+        self.row_cache = {}
         self.rules = {}
         for site in _cfi.syscall_sites(elf):
             row = frames.row(site)
@@ -275,6 +295,17 @@ def program(interp, args, probes, runner=None):
     text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a",)),
                         1)
     if libc:
+        check = WINDOW_CHECK.lstrip("\n")
+        word = WINDOW_WORD.lstrip("\n").replace(
+            "WINDOW_CHECK\n", re.sub("(?m)^(?=.)", "\t", check), 1)
+        words = "".join(
+            word.replace("$x0", "$x%d" % k).replace("WORD_OFFSET", str(8 * k))
+            for k in range(8))
+        text = text.replace("WINDOW_CHECK\n", check, 1)
+        text = text.replace("WINDOW_WORDS\n", words, 1).replace(
+            "WINDOW_BATCHES", str(WINDOW_BATCHES), 1).replace(
+            "LIBC_TEXT_START", "0x%x" % libc.text[0]).replace(
+            "LIBC_TEXT_END", "0x%x" % libc.text[1])
         text = text.replace(
             "LIBC_BUILD_ID_VADDR", "0x%x" % libc.build_id_vaddr).replace(
                 "LIBC_BUILD_ID", "0x%x" % libc.build_id)

@@ -40,6 +40,11 @@ class Event:
         self.addresses = {}
         # The caller of native frame 0, from libc's CFI (U record).
         self.unwound = None
+        # Frame 0 elsewhere in libc: the stack's words from rsp, by index
+        # (X records), and (libc's bias, rsp, rbp, where the A records'
+        # walk starts, libc's build ID) (W record).
+        self.window = {}
+        self.window_regs = None
         self.native_more = False
         self.native_regs = True
         self.time = None
