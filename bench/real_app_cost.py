@@ -69,19 +69,28 @@ while not done.is_set():
 
 
 def frames_of(rows):
-    """(samples, frames, frames without a line) of pystack's JSON."""
-    samples = frames = unknown = 0
+    """(samples, Python frames, Python frames without a line, samples
+    whose native frames were cut at [native frames lost], those of them
+    sampled in libc) of pystack's JSON."""
+    samples = frames = unknown = lost = lost_in_libc = 0
     for row in rows:
         samples += row["count"]
+        if any("[native frames lost]" in (frame.get("symbol"),
+                                          frame.get("name"))
+               for frame in row["frames"]):
+            lost += row["count"]
+            if os.path.basename(row["frames"][0].get("library", "")
+                                ).startswith("libc.so"):
+                lost_in_libc += row["count"]
         for frame in row["frames"]:
+            if "symbol" in frame:
+                continue  # a native frame (--native), or its mark
             if frame["name"].startswith("["):
                 continue  # a mark ([more frames], ...), not a frame
-            if frame.get("filename") is None:
-                continue  # a native frame (--native)
             frames += row["count"]
             if frame["line"] is None:
                 unknown += row["count"]
-    return samples, frames, unknown
+    return samples, frames, unknown, lost, lost_in_libc
 
 
 def traced_phase(pid, args):
@@ -108,13 +117,16 @@ def traced_phase(pid, args):
             sys.exit("pystack failed (%d): %s" % (tool.returncode, stderr))
         with open(out) as f:
             rows = json.load(f)
-    samples, frames, unknown = frames_of(rows)
+    samples, frames, unknown, lost, lost_in_libc = frames_of(rows)
     ns, runs = after[0] - before[0], after[1] - before[1]
     return {"hz": args.hz, "native": args.native, "bpf_ns": ns,
             "bpf_runs": runs, "samples_in_process": samples,
             "bpf_ns_per_sample": ns / samples if samples else None,
             "frames_per_sample": frames / samples if samples else None,
             "frames_without_line": unknown,
+            "native_lost": lost, "native_lost_in_libc": lost_in_libc,
+            "notes": [line for line in stderr.splitlines()
+                      if line.startswith("pystack: ")],
             "pystack_cpu_ns_per_sample": tool_ns / samples if samples
             else None}
 
@@ -160,7 +172,7 @@ def main():
                 f.write(stats_before)
     print("%d Hz%s, real application: BPF time per sample %s us, %s "
           "frames per sample, pystack CPU per sample %s us (%s samples),"
-          " frames without a line: %d"
+          " frames without a line: %d%s"
           % (args.hz, " --native" if args.native else "",
              ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)
                        for r in results),
@@ -168,7 +180,11 @@ def main():
              ", ".join("%.1f" % (r["pystack_cpu_ns_per_sample"] / 1e3)
                        for r in results),
              ", ".join(str(r["samples_in_process"]) for r in results),
-             sum(r["frames_without_line"] for r in results)))
+             sum(r["frames_without_line"] for r in results),
+             "; samples cut at [native frames lost]: %s (in libc: %s)" % (
+                 ", ".join(str(r["native_lost"]) for r in results),
+                 ", ".join(str(r["native_lost_in_libc"]) for r in results))
+             if args.native else ""))
     if args.out_json:
         with open(args.out_json, "w") as f:
             json.dump(results, f, indent=1)

@@ -5,6 +5,7 @@ activation of the evaluator replaced by the Python frames it runs."""
 import collections
 import itertools
 import os
+import re
 import struct
 import time
 
@@ -39,15 +40,68 @@ THREAD_START = frozenset({
 MAX_WINDOW_FRAMES = 64
 
 
-def unwind_window(event, libc, notes):
-    """The return addresses of a hit in libc outside its system calls
-    (frame 0 there, the W and X records), found by unwinding the window of
-    the stack that BPF copied with libc's call-frame information, then by
-    the frame pointers inside the window up to where BPF's walk began:
-    the addresses that go between frame 0 and the A records' frame 1.
-    None, and a note that says why, where that does not lead to the
-    walk's start: then the walk is not this stack's."""
-    bias, sp, bp, start, build = event.window_regs
+# What a function without CFI is taken to be at the site of clone3()
+# (glibc ends its FDE before the system call): a leaf, its return address
+# at rsp.
+LEAF = _cfi.Row((_cfi.RSP, 8), {_cfi.RA: -8})
+UNWOUND = ("stacks in libc unwound from a window of the stack with its "
+           "call-frame information")
+
+
+def unwind_window(event, libc, notes, thread_start=lambda pc: False):
+    """The return addresses of a hit in libc (frame 0 there, the W and X
+    records: anywhere but a system call's site that the program unwound
+    itself), found by unwinding the window of the stack that BPF copied
+    with libc's call-frame information, then by the frame pointers inside
+    the window up to where BPF's walk began: the addresses that go
+    between frame 0 and the rest of the A records' walk, and how many of
+    the walk's first addresses to leave out: the walk may start at a
+    frame pointer that a call which has returned left below the live
+    frames, and then joins them at a later frame pointer (the P
+    records').  None, and a note that says why, where the CFI does not
+    lead to the walk: then the walk is not this stack's.  A 0 at the
+    end: the stack ends there.
+
+    *thread_start*(pc) says whether pc is in a function where a thread's
+    stack begins: at clone3()'s system call, which has no CFI, the
+    parent returns to its caller (a leaf's return address, which must
+    lead to the walk's start) and the new thread's stack ends."""
+    if libc is None or libc.build_id != event.window_regs[4]:
+        _lost(notes, "the tool has no call-frame information of this "
+              "libc, build ID %016x" % event.window_regs[4])
+        return None
+    pc = event.addresses.get(0, 0)
+    found, skip, why = _unwind(event, libc, thread_start(pc))
+    if found is None and thread_start(pc) and not event.frames:
+        # clone3()'s new thread, which runs no Python code yet: nothing
+        # before it.
+        found, skip = [0], 0
+    if found is None:
+        _lost(notes, why)
+        return None
+    notes[UNWOUND] += 1
+    if skip:
+        notes["stacks in libc whose walk of the frame pointers began at "
+              "a returned call's, below the live frames, and joined them "
+              "later (its first addresses left out)"] += 1
+    return found, skip
+
+
+def _lost(notes, why):
+    notes["stacks in libc whose callers its call-frame information did "
+          "not find (%s), marked %s" % (why, UNWIND_LOST)] += 1
+
+
+def _unwind(event, libc, leaf):
+    """unwind_window()'s (addresses, skip, None), or (None, 0, why
+    not); *leaf*: take frame 0 for a leaf if libc has no CFI there."""
+    bias, sp, bp, start, _ = event.window_regs
+    # The walk's frame pointers: where it read the address after its
+    # Kth, K (records without P records: its start).
+    joins = {}
+    for k, pointer in sorted((event.pointers or {0: start}).items()):
+        if pointer > 0xffff:
+            joins.setdefault(pointer, k)
     words, base = event.window, sp
 
     def word(address):
@@ -55,14 +109,6 @@ def unwind_window(event, libc, notes):
             return None
         return words.get((address - base) // 8)
 
-    def lost(why):
-        notes["stacks in libc whose callers its call-frame information "
-              "did not find (%s), marked %s" % (why, UNWIND_LOST)] += 1
-
-    if libc is None or libc.build_id != build:
-        lost("the tool has no call-frame information of this libc, build "
-             "ID %016x" % build)
-        return None
     rows = libc.row_cache
     found = []
     pc = event.addresses.get(0, 0)
@@ -73,38 +119,33 @@ def unwind_window(event, libc, notes):
         if vaddr not in rows:
             rows[vaddr] = libc.frames.row(vaddr)
         row = rows[vaddr]
+        if row is None and leaf and depth == 0:
+            row = LEAF
         if row is not None and row.registers.get(_cfi.RA) is _cfi.UNDEFINED:
-            # The thread's first frame (clone3(), _start): the end.
-            notes["stacks in libc unwound from a window of the stack with "
-                  "its call-frame information"] += 1
-            return found + [0]
+            # The thread's first frame (clone3()'s child, _start): the end.
+            return found + [0], 0, None
         if row is None or row.cfa is None or row.saved(_cfi.RA) != -8 or (
                 row.cfa[0] not in (_cfi.RSP, _cfi.RBP)):
-            lost("no rule for the return address at libc+%#x" % vaddr)
-            return None
+            return (None, 0,
+                    "no rule for the return address at libc+%#x" % vaddr)
         cfa = (sp if row.cfa[0] == _cfi.RSP else bp) + row.cfa[1]
         pc = word(cfa - 8)
         saved = row.saved(_cfi.RBP)
         if saved is None:
-            lost("rbp not known at libc+%#x" % vaddr)
-            return None
+            return None, 0, "rbp not known at libc+%#x" % vaddr
         if saved is not _cfi.SAME:
             bp = word(cfa + saved)
         if pc is None or bp is None:
-            lost("libc's frames go past the %d bytes copied"
-                 % (8 * len(words)))
-            return None
+            return None, 0, ("libc's frames go past the %d bytes copied"
+                             % (8 * len(words)))
         sp = cfa
         found.append(pc)
     else:
-        lost("more than %d frames in libc" % MAX_WINDOW_FRAMES)
-        return None
+        return None, 0, "more than %d frames in libc" % MAX_WINDOW_FRAMES
     # Out of libc, in code with frame pointers: rbp is its frame's.
     for _ in range(MAX_WINDOW_FRAMES):
-        if bp == start and start:
-            notes["stacks in libc unwound from a window of the stack with "
-                  "its call-frame information"] += 1
-            return found
+        if bp in joins:
+            return found, joins[bp], None
         older, address = word(bp), word(bp + 8)
         if older is None or address is None:
             break
@@ -112,16 +153,13 @@ def unwind_window(event, libc, notes):
         if older == 0:
             # The chain's end, inside the window (a thread's first
             # function, called by start_thread() with rbp 0).
-            notes["stacks in libc unwound from a window of the stack with "
-                  "its call-frame information"] += 1
-            return found + [0]
+            return found + [0], 0, None
         if older <= bp:
             break
         bp = older
-    lost("its frame pointers do not lead to where the walk began"
-         if start else "no frame pointer of the interpreter's code in the "
-         "bytes copied")
-    return None
+    return None, 0, ("its frame pointers do not lead to the walk's"
+                     if start else "no frame pointer of the interpreter's "
+                     "code in the bytes copied")
 
 
 def native_frames(event, symbolizer, notes, max_native, libc=None):
@@ -149,11 +187,18 @@ def native_frames(event, symbolizer, notes, max_native, libc=None):
     if event.window_regs is not None and addresses:
         # Frame 0 is elsewhere in libc, or at a system call's site that
         # libc called: its callers from the window.
-        found = unwind_window(event, libc, notes)
+        def thread_start(pc):
+            found = symbolizer is not None and symbolizer.lookup(
+                event.pid, pc, event.bias)
+            # glibc's debug symbols name clone3() __GI___clone3.
+            return bool(found) and re.sub(r"^__GI_", "", found[0]) in (
+                THREAD_START)
+
+        found = unwind_window(event, libc, notes, thread_start)
         if found is None:
             addresses = [addresses[0], -1]
         else:
-            addresses[1:1] = found
+            addresses = addresses[:1] + found[0] + addresses[1 + found[1]:]
     for i, address in enumerate(addresses):
         if address == 0 or (max_native and i >= max_native):
             break

@@ -110,6 +110,10 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             batch = int(fields[4])
             for k, word in enumerate(line.split()[5:13]):
                 event.window[8 * batch + k] = int(word, 16)
+        elif kind == "P":
+            batch = int(fields[4])
+            for k, word in enumerate(line.split()[5:13]):
+                event.pointers[8 * batch + k] = int(word, 16)
         elif kind == "W":
             event.window_regs = tuple(int(word, 16)
                                       for word in line.split()[4:9])

@@ -37,7 +37,8 @@ PROGRAM = TEMPLATES["PROGRAM"]
 PYTHON_FRAME = TEMPLATES["PYTHON_FRAME"]
 
 # One frame pointer of NATIVE_WALK, eight times per record
-# (NATIVE_FRAMES): $aK for K in 0-7.
+# (NATIVE_FRAMES): $aK, and the frame pointer $pK that the next address
+# is read at, for K in 0-7.
 NATIVE_FRAME = TEMPLATES["NATIVE_FRAME"]
 
 
@@ -157,14 +158,17 @@ HOLD_CLAUSE = TEMPLATES["HOLD_CLAUSE"]
 LIBC_STEP = TEMPLATES["LIBC_STEP"]
 LIBC_BEGIN = TEMPLATES["LIBC_BEGIN"]
 LIBC_FIND = TEMPLATES["LIBC_FIND"]
-# Elsewhere in libc's code (LIBC_STEP's second branch): the stack's first
-# WINDOW_BATCHES * 64 bytes from rsp, eight words a record, which
-# pystack unwinds with libc's CFI (native.unwind_window()); enough for
-# the allocator's and the string functions' frames.
+# Elsewhere in libc's code (LIBC_STEP's second branch): the stack from
+# rsp, eight words a record, up to the frame pointer where the walk goes
+# on and its return address, at most WINDOW_BATCHES * 64 bytes, which
+# pystack unwinds with libc's CFI (native.unwind_window()): the
+# allocator's and the string functions' frames take one or two records,
+# pthread_create()'s nine.  Twelve (768 bytes): with sixteen, bpftrace
+# 0.27's program for profile is refused (E2BIG).
 WINDOW_WORD = TEMPLATES["WINDOW_WORD"]
 # Whether $x0, at $slot, may be the frame pointer where the walk starts.
 WINDOW_CHECK = TEMPLATES["WINDOW_CHECK"]
-WINDOW_BATCHES = 8
+WINDOW_BATCHES = 12
 
 
 class Libc:
@@ -292,7 +296,7 @@ def program(interp, args, probes, runner=None):
     text = text.replace("NATIVE\n", walk, 1)
     text = text.replace("PYTHON_FRAMES\n",
                         unrolled(PYTHON_FRAME, ("$f", "$w")), 1)
-    text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a",)),
+    text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a", "$p")),
                         1)
     if libc:
         check = WINDOW_CHECK.lstrip("\n")

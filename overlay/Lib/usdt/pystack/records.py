@@ -45,6 +45,9 @@ class Event:
         # walk starts, libc's build ID) (W record).
         self.window = {}
         self.window_regs = None
+        # With them: the frame pointer at which the A records' walk read
+        # the address after each (P records).
+        self.pointers = {}
         self.native_more = False
         self.native_regs = True
         self.time = None
