@@ -1025,6 +1025,91 @@ OBJECT_HEADER = IMPORT_USDT + textwrap.dedent("""\
     """)
 
 
+class WindowTest(unittest.TestCase):
+    """native.unwind_window() on made-up windows of the stack, at the
+    entry of this machine's libc's malloc() (CFA = rsp + 8, rbp the
+    caller's): which walk of the frame pointers it takes, and where."""
+
+    LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+    BIAS, SP = 0x7f0000000000, 0x7ffd00001000
+    CALLER = 0x5500000001234  # a return address in the interpreter
+
+    def setUp(self):
+        pystack = usdt_module("pystack.program")
+        self.native = usdt_module("pystack.native")
+        try:
+            self.libc = pystack.Libc(self.LIBC)
+        except OSError as error:
+            self.skipTest("no %s: %s" % (self.LIBC, error))
+        malloc = self.libc_symbol("malloc")
+        self.records = usdt_module("pystack.records")
+        self.pc = self.BIAS + malloc
+
+    def libc_symbol(self, name):
+        elf = usdt_module("pystack.offsets").Elf(self.LIBC)
+        return elf.symbols()[name][0]
+
+    def event(self, words, bp, start, pointers):
+        event = self.records.Event()
+        event.addresses = {0: self.pc, 1: 0x5500000005678, 2: 0}
+        event.window = dict(enumerate(words))
+        event.window_regs = (self.BIAS, self.SP, bp, start,
+                             self.libc.build_id)
+        event.pointers = dict(enumerate(pointers))
+        return event
+
+    def unwind(self, event):
+        notes = collections.Counter()
+        return self.native.unwind_window(event, self.libc, notes), notes
+
+    def test_walk_from_rbp(self):
+        # rbp is the caller's frame pointer, where the walk began.
+        fp = self.SP + 0x40
+        found, notes = self.unwind(self.event(
+            [self.CALLER] + [0] * 15, fp, fp, [fp, 0]))
+        self.assertEqual(found, ([self.CALLER], 0), notes)
+
+    def test_frame_pointers_inside_the_window(self):
+        # The walk began one frame further up: the frame between is read
+        # from the window.
+        fp, older = self.SP + 0x40, self.SP + 0x60
+        words = [self.CALLER] + [0] * 15
+        words[8], words[9] = older, 0x550000000abcd
+        found, notes = self.unwind(self.event(words, fp, older, [older]))
+        self.assertEqual(found, ([self.CALLER, 0x550000000abcd], 0), notes)
+
+    def test_walk_that_began_below_the_live_frames(self):
+        # The walk began at a pair that a returned call left, and its
+        # second frame pointer is the caller's: its first address is
+        # left out.
+        fp, stale = self.SP + 0x40, self.SP + 0x20
+        found, notes = self.unwind(self.event(
+            [self.CALLER] + [0] * 15, fp, stale, [stale, fp, 0]))
+        self.assertEqual(found, ([self.CALLER], 1), notes)
+
+    def test_walk_that_never_joins_is_not_taken(self):
+        fp, stale = self.SP + 0x40, self.SP + 0x20
+        found, notes = self.unwind(self.event(
+            [self.CALLER] + [0] * 15, fp, stale, [stale, stale + 0x10]))
+        self.assertIsNone(found)
+        self.assertIn("its frame pointers do not lead to the walk's",
+                      " ".join(notes))
+
+    def test_frames_past_the_window(self):
+        found, notes = self.unwind(self.event([], self.SP + 0x40, 0, []))
+        self.assertIsNone(found)
+        self.assertIn("libc's frames go past the 0 bytes copied",
+                      " ".join(notes))
+
+    def test_another_libc(self):
+        event = self.event([self.CALLER], self.SP + 0x40, 0, [])
+        event.window_regs = event.window_regs[:4] + (0x1234,)
+        found, notes = self.unwind(event)
+        self.assertIsNone(found)
+        self.assertIn("no call-frame information of this libc, build ID "
+                      "0000000000001234", " ".join(notes))
+
+
 class ObjectHeaderTest(unittest.TestCase):
     """CodeReader's reading of an object's header, in the memory of a
     process of the build under test (each build has its own header): a

@@ -147,7 +147,7 @@ def _unwind(event, libc, leaf):
         if bp in joins:
             return found, joins[bp], None
         older, address = word(bp), word(bp + 8)
-        if older is None or address is None:
+        if not address or older is None:
             break
         found.append(address)
         if older == 0:
