@@ -133,7 +133,8 @@ def _unwind(event, libc, leaf):
         saved = row.saved(_cfi.RBP)
         if saved is None:
             return None, 0, "rbp not known at libc+%#x" % vaddr
-        if saved is not _cfi.SAME:
+        if saved is not _cfi.SAME and cfa + saved >= sp:
+            # (Below rsp, in an epilogue: popped already, rbp holds it.)
             bp = word(cfa + saved)
         if pc is None or bp is None:
             return None, 0, ("libc's frames go past the %d bytes copied"
