@@ -150,6 +150,9 @@ class EhFrame:
             at = next_entry
         self.fdes.sort(key=lambda fde: fde[0])
         self.starts = [fde[0] for fde in self.fdes]
+        # row()'s answers by address: an unwinder asks for the same
+        # return addresses again and again.
+        self.rows = {}
 
     def _end_of(self, entry):
         length, = struct.unpack_from("<I", self.data, entry)
@@ -201,6 +204,11 @@ class EhFrame:
 
     def row(self, vaddr):
         """The Row in effect at vaddr, or None if no FDE covers it."""
+        if vaddr not in self.rows:
+            self.rows[vaddr] = self._row(vaddr)
+        return self.rows[vaddr]
+
+    def _row(self, vaddr):
         fde = self.fde(vaddr)
         if fde is None:
             return None

@@ -10,7 +10,7 @@ import sys
 from .. import _bpftrace
 from .._bpftrace import Error
 from .offsets import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NATIVE, DEFAULT_STRLEN,
-                      Interpreter)
+                      RECORD, Interpreter)
 from .program import Libc, program
 from .records import CodeReader
 from .native import Symbolizer
@@ -144,18 +144,20 @@ def run(argv=None):
         _bpftrace.set_verbose()
     try:
         if args.read:
-            # This machine's libc, for the windows of the stack copied at
-            # hits in libc (unwind_window() takes it only if its build ID
-            # is the one recorded).
-            args.libc = Libc.find(args)
             with open(args.read, encoding="utf-8", errors="replace") as f:
-                # --python names the interpreter's native frames that
-                # bpftrace could not name.
-                with counts_file(args) as out:
-                    report(f.readlines(), args, out,
-                           CodeReader(None, args.co_name, args.strlen),
-                           Symbolizer(os.path.realpath(args.python))
-                           if args.python else None)
+                lines = f.readlines()
+            # This machine's libc, for the windows of the stack copied at
+            # hits in libc, if there are any (unwind_window() takes it
+            # only if its build ID is the one recorded).
+            args.libc = Libc.find(args) if any(
+                line.startswith(RECORD + " W ") for line in lines) else None
+            # --python names the interpreter's native frames that
+            # bpftrace could not name.
+            with counts_file(args) as out:
+                report(lines, args, out,
+                       CodeReader(None, args.co_name, args.strlen),
+                       Symbolizer(os.path.realpath(args.python))
+                       if args.python else None)
             return 0
         if not args.probe:
             parser.error("--probe is required")

@@ -70,9 +70,9 @@ def unwind_window(event, libc, notes, thread_start=lambda pc: False):
         _lost(notes, "the tool has no call-frame information of this "
               "libc, build ID %016x" % event.window_regs[4])
         return None
-    pc = event.addresses.get(0, 0)
-    found, skip, why = _unwind(event, libc, thread_start(pc))
-    if found is None and thread_start(pc) and not event.frames:
+    at_start = thread_start(event.addresses.get(0, 0))
+    found, skip, why = _unwind(event, libc, at_start)
+    if found is None and at_start and not event.frames:
         # clone3()'s new thread, which runs no Python code yet: nothing
         # before it.
         found, skip = [0], 0
@@ -109,16 +109,13 @@ def _unwind(event, libc, leaf):
             return None
         return words.get((address - base) // 8)
 
-    rows = libc.row_cache
     found = []
     pc = event.addresses.get(0, 0)
     for depth in range(MAX_WINDOW_FRAMES):
         vaddr = pc - bias - (depth > 0)
         if not libc.text[0] <= vaddr < libc.text[1]:
             break
-        if vaddr not in rows:
-            rows[vaddr] = libc.frames.row(vaddr)
-        row = rows[vaddr]
+        row = libc.frames.row(vaddr)
         if row is None and leaf and depth == 0:
             row = LEAF
         if row is not None and row.registers.get(_cfi.RA) is _cfi.UNDEFINED:

@@ -99,21 +99,16 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             event.depth = min(len(event.frames), kept)
             event.more = int(fields[5]) or len(event.frames) > kept
             event.top = int(fields[6])
-        elif kind == "A":
+        elif kind in ("A", "X", "P"):
+            # Eight words of a list: native addresses, the stack's words
+            # from rsp, or the walk's frame pointers.
+            into = {"A": event.addresses, "X": event.window,
+                    "P": event.pointers}[kind]
             batch = int(fields[4])
-            words = line.split()[5:13]
-            for k, word in enumerate(words):
-                event.addresses[8 * batch + k] = int(word, 16)
+            for k, word in enumerate(line.split()[5:13]):
+                into[8 * batch + k] = int(word, 16)
         elif kind == "U":
             event.unwound = int(fields[4], 16)
-        elif kind == "X":
-            batch = int(fields[4])
-            for k, word in enumerate(line.split()[5:13]):
-                event.window[8 * batch + k] = int(word, 16)
-        elif kind == "P":
-            batch = int(fields[4])
-            for k, word in enumerate(line.split()[5:13]):
-                event.pointers[8 * batch + k] = int(word, 16)
         elif kind == "W":
             event.window_regs = tuple(int(word, 16)
                                       for word in line.split()[4:9])

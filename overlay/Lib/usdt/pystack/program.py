@@ -158,7 +158,8 @@ HOLD_CLAUSE = TEMPLATES["HOLD_CLAUSE"]
 LIBC_STEP = TEMPLATES["LIBC_STEP"]
 LIBC_BEGIN = TEMPLATES["LIBC_BEGIN"]
 LIBC_FIND = TEMPLATES["LIBC_FIND"]
-# Elsewhere in libc's code (LIBC_STEP's second branch): the stack from
+# Elsewhere in libc's code, or at a system call's site that libc called
+# (LIBC_STEP's window): the stack from
 # rsp, eight words a record, up to the frame pointer where the walk goes
 # on and its return address, at most WINDOW_BATCHES * 64 bytes, which
 # pystack unwinds with libc's CFI (native.unwind_window()): the
@@ -197,7 +198,6 @@ class Libc:
                         % (path, len(texts)))
         self.text = texts[0]
         self.frames = frames
-        self.row_cache = {}
         self.rules = {}
         for site in _cfi.syscall_sites(elf):
             row = frames.row(site)
@@ -296,8 +296,8 @@ def program(interp, args, probes, runner=None):
     text = text.replace("NATIVE\n", walk, 1)
     text = text.replace("PYTHON_FRAMES\n",
                         unrolled(PYTHON_FRAME, ("$f", "$w")), 1)
-    text = text.replace("NATIVE_FRAMES\n", unrolled(NATIVE_FRAME, ("$a", "$p")),
-                        1)
+    text = text.replace("NATIVE_FRAMES\n",
+                        unrolled(NATIVE_FRAME, ("$a", "$p")), 1)
     if libc:
         check = WINDOW_CHECK.lstrip("\n")
         word = WINDOW_WORD.lstrip("\n").replace(
