@@ -13,6 +13,10 @@ bench/real_app_cost.py and against a one-frame loop:
   no-F        the whole program, its F records not printed (their frames
               still read)
   whole       the program as pystack runs it
+  no-version  the whole program without its read of each frame's
+              co_version (its records say 0 instead): what telling a
+              reused code object's address apart by reading the object
+              costs per sample
   maps        the whole program with its records kept in maps
               (@F[tid, event, batch], @D[tid, event], @Z[tid, event])
               instead of printed, and the maps printed and cleared every
@@ -109,6 +113,10 @@ def variants(whole):
     out["no-F"] = whole[:i] + (
         "$sink = $f0 + $w0 + $f1 + $w1 + $f2 + $w2 + $f3 + $w3 + $f4 + "
         "$w4 + $f5 + $w5 + $f6 + $w6 + $f7 + $w7;") + whole[j:]
+    version = "(uint64)*uptr((uint32 *)($code + CO_VERSION))"
+    if version not in whole:
+        sys.exit("profile_parts: no read of co_version in the program")
+    out["no-version"] = whole.replace(version, "(uint64)0")
     no_walk = cut(whole, walk, "\t$more = ", "\t$frame = 0;\n")
     out["no-walk"] = no_walk
     out["no-list"] = cut(no_walk, "\t$interp = *uptr(",

@@ -22,9 +22,10 @@ For each traced phase:
   mappings) competes with the process too: that is part of what is
   measured.
 
-- pystack's own CPU time (user and system, all its threads: the
-  records read, the code objects read from the process and their lines
-  decoded) in the phase, per sample of the process.
+- pystack's own CPU time (user and system, all its threads) per sample
+  of the process: in the phase (the records read, the code objects read
+  from the process), and in all, up to its exit (with the last records
+  and the lines decoded, which it does at the end).
 
 With --depth N the workload's rounds run N frames deeper (a sample's
 stack is about N + 5 Python frames deep).
@@ -107,6 +108,37 @@ def cpu_ns(pid):
         "SC_CLK_TCK")
 
 
+def stop(tool, timeout=300):
+    """Stop pystack (process tool) as Ctrl-C does, read what it prints,
+    and let it exit: (stdout, stderr, its CPU ns in all, read from the
+    ended process before it is reaped, with what it did after the
+    signal: the last records and, at the end, the lines decoded)."""
+    tool.send_signal(signal.SIGINT)
+    out = {}
+
+    def read(name):
+        stream = getattr(tool, name)
+        out[name] = stream.read() if stream is not None else None
+
+    readers = [threading.Thread(target=read, args=(name,))
+               for name in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    # Ended, not reaped: /proc/PID/stat still holds its CPU time.
+    while not os.waitid(os.P_PID, tool.pid,
+                        os.WEXITED | os.WNOWAIT | os.WNOHANG):
+        if time.monotonic() > deadline:
+            tool.kill()
+            sys.exit("pystack did not stop %d s after SIGINT" % timeout)
+        time.sleep(0.01)
+    total = cpu_ns(tool.pid)
+    tool.wait()
+    for reader in readers:
+        reader.join()
+    return out["stdout"], out["stderr"], total
+
+
 def attached(tool, records):
     """The pid of the bpftrace that pystack (process tool, --save
     records) runs, once it has attached: its first record is there."""
@@ -140,13 +172,12 @@ def traced_phase(pid, hz, seconds, python, native=True, depth=0):
         end = time.monotonic_ns()
         after = bpf_stats(bpftrace)
         tool_ns = cpu_ns(tool.pid) - tool_before
-        tool.send_signal(signal.SIGINT)
-        stdout, stderr = tool.communicate(timeout=300)
+        stdout, stderr, total = stop(tool)
         samples = sum(row["count"] for row in json.loads(stdout))
     # samples: over the whole run of the tool, a little longer than the
     # phase; the BPF statistics are those of the phase.
     return (start, end, after[0] - before[0], after[1] - before[1], samples,
-            tool_ns)
+            tool_ns, total - tool_before)
 
 
 def main():
@@ -182,7 +213,8 @@ def main():
         def idle():
             start = time.monotonic_ns()
             time.sleep(args.seconds)
-            phases.append(("idle", start, time.monotonic_ns(), 0, 0, 0, 0))
+            phases.append(("idle", start, time.monotonic_ns(), 0, 0, 0, 0,
+                           0))
 
         for _ in range(args.cycles):
             for hz in rates:
@@ -199,8 +231,8 @@ def main():
         with open(STATS, "w") as f:
             f.write(stats_before)
     results = []
-    for i, (kind, start, end, ns, runs, samples, tool_ns) in enumerate(
-            phases):
+    for i, (kind, start, end, ns, runs, samples, tool_ns,
+            tool_total) in enumerate(phases):
         if kind == "idle":
             continue
         traced = statistics.median(rounds.between(start, end))
@@ -219,18 +251,24 @@ def main():
             "pystack_cpu_ns": tool_ns,
             "pystack_cpu_ns_per_sample": tool_ns / samples if samples
             else None,
+            "pystack_cpu_ns_in_all": tool_total,
+            "pystack_cpu_ns_per_sample_in_all": tool_total / samples
+            if samples else None,
             "median_round_ms": traced / 1e6,
             "idle_median_round_ms": base / 1e6,
             "slowdown_percent": 100 * (traced / base - 1)})
     for hz in rates:
         rows = [r for r in results if r["hz"] == hz]
         print("%d Hz, depth %d: BPF time per sample of the process %s us, "
-              "pystack CPU per sample %s us (%s "
-              "samples), slowdown %s %% (median %.2f %%)"
+              "pystack CPU per sample %s us while tracing, %s us in all "
+              "(%s samples), slowdown %s %% (median %.2f %%)"
               % (hz, args.depth,
                  ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)
                            for r in rows),
                  ", ".join("%.1f" % (r["pystack_cpu_ns_per_sample"] / 1e3)
+                           for r in rows),
+                 ", ".join("%.1f" % (
+                     r["pystack_cpu_ns_per_sample_in_all"] / 1e3)
                            for r in rows),
                  ", ".join(str(r["samples_in_process"]) for r in rows),
                  ", ".join("%+.2f" % r["slowdown_percent"] for r in rows),

@@ -135,6 +135,8 @@ class CodeReader:
         # (pid, code, version): (name, filename, firstlineno, table), or
         # None: not that object.
         self.codes = {}
+        # (pid, code, version, offset): the Frame, once decoded
+        self.frames = {}
         self.files = {}
         self.reads = 0
         self.cpu_ns = 0
@@ -278,14 +280,24 @@ class CodeReader:
         sys._getframe() leave out: a function's prologue, and the
         _Py_InitCleanup frame under every running __init__ of a class
         called from Python)."""
-        found = self.codes.get((pid,) + key)
+        full = (pid,) + key + (offset,)
+        frame = self.frames.get(full)
+        if frame is not None:
+            return frame
+        found = self.codes.get(full[:3])
         if found is None:
             return None
         name, filename, firstlineno, table, firsttraceable = found
         if offset < 2 * firsttraceable:
-            return INCOMPLETE
-        return Frame(self.cut(name), self.cut(filename),
-                     addr2line(table, firstlineno, offset))
+            frame = INCOMPLETE
+        else:
+            frame = Frame(self.cut(name), self.cut(filename),
+                          addr2line(table, firstlineno, offset))
+        # A code object's line at an offset never changes: decoded once
+        # (a sample's frames are mostly the last sample's; decoding each
+        # one from the table's start was most of pystack's CPU time).
+        self.frames[full] = frame
+        return frame
 
     def saved(self):
         """The C records that --save appends to its file: what was read
