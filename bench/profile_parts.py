@@ -31,6 +31,7 @@ records printed, or @n counted, in the same time).  The difference
 between two rows is what the part costs.
 
 usage: python3 bench/profile_parts.py PYTHON [--seconds S] [--hz HZ]
+           [--only NAME,...] [--cycles K] [--apps LABEL,...]
            [--out-json F]
 Run as root (bpftrace), on a quiet machine.
 """
@@ -171,13 +172,20 @@ def run_against(pid, args):
          "-p", str(pid), "--print-program"], check=True,
         capture_output=True, text=True).stdout
     rows = []
-    for name, program in variants(whole).items():
+    programs = variants(whole)
+    names = args.only.split(",") if args.only else list(programs)
+    unknown = [name for name in names if name not in programs]
+    if unknown:
+        sys.exit("profile_parts: no variant %s (there are %s)"
+                 % (", ".join(unknown), ", ".join(programs)))
+    for name in names * args.cycles:
+        program = programs[name]
         ns, runs, samples = measure(program, args.seconds)
         rows.append({"variant": name, "ns": ns, "runs": runs,
                      "samples": samples,
                      "ns_per_run": ns / runs if runs else None,
                      "ns_per_sample": ns / samples if samples else None})
-        print("  %-8s %6d runs %6d samples %6.1f us per run %6.1f us per "
+        print("  %-10s %6d runs %6d samples %6.1f us per run %6.1f us per "
               "sample" % (name, runs, samples, ns / runs / 1e3 if runs
                           else 0, ns / samples / 1e3 if samples else 0),
               flush=True)
@@ -189,6 +197,14 @@ def main():
     parser.add_argument("python")
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--hz", type=int, default=99)
+    parser.add_argument("--only", metavar="NAME,...",
+                        help="these variants only, in this order")
+    parser.add_argument("--cycles", type=int, default=1,
+                        help="run the variants this many times, one "
+                        "after the other (rows alternate: on a machine "
+                        "whose load changes, compare neighbours)")
+    parser.add_argument("--apps", default="real application,one-frame loop",
+                        help="the workloads, by name, comma-separated")
     parser.add_argument("--out-json")
     args = parser.parse_args()
     with open(STATS) as f:
@@ -197,10 +213,16 @@ def main():
     with tempfile.TemporaryDirectory(prefix="profile-parts-path") as path:
         for name in PACKAGES:
             os.symlink(os.path.join(DIST, name), os.path.join(path, name))
-        apps = {
+        known = {
             "real application": [args.python, "-c", LOOP, APP, RST, SOURCE],
             "one-frame loop": [args.python, "-c", "print('ready', "
                                "flush=True)\n" + SPIN]}
+        labels = args.apps.split(",")
+        unknown = [label for label in labels if label not in known]
+        if unknown:
+            sys.exit("profile_parts: no workload %s (there are %s)"
+                     % (", ".join(unknown), ", ".join(known)))
+        apps = {label: known[label] for label in labels}
         try:
             with open(STATS, "w") as f:
                 f.write("1")
