@@ -6,6 +6,11 @@ a time, each for SECONDS, against the real application of
 bench/real_app_cost.py and against a one-frame loop:
 
   empty       the probe and its pid predicate, and a count() only
+  read-count  empty and one read of the process's memory (a word of the
+              thread's TLS)
+  read-print  the probe, its predicate, that read and one printf of it:
+              the least that a program which reads the process and
+              prints per sample costs
   runtime     + the task's mm and the interpreter's cookie (two reads)
   records     + the thread state left out: the D and Z records only
   no-walk     + the thread state (TLS, then the thread list if need be)
@@ -129,8 +134,15 @@ def variants(whole):
     out["runtime"] = records[:body] + "\t@n = count();\n" + records[
         records.index("\n}\n", body):]
     head = whole.index("\t$task = (struct task_struct *)curtask;")
-    out["empty"] = whole[:head] + "\t@n = count();\n" + whole[
-        whole.index("\n}\n", head):]
+    tail = whole[whole.index("\n}\n", head):]
+    out["empty"] = whole[:head] + "\t@n = count();\n" + tail
+    read = ("\t$task = (struct task_struct *)curtask;\n"
+            "\t$word = *uptr((uint64 *)($task->thread.fsbase - 8));\n")
+    out["read-count"] = whole[:head] + read + (
+        "\tif ($word == 1) {\n\t\t@n = count();\n\t} else {\n"
+        "\t\t@n = count();\n\t}\n") + tail
+    out["read-print"] = whole[:head] + read + (
+        '\tprintf("PYSTACK D %d %lu %lx\\n", tid, nsecs, $word);\n') + tail
     return out
 
 
