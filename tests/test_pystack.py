@@ -230,6 +230,41 @@ def cut(text, strlen):
     return "..." + text.encode()[-(strlen - 1):].decode("utf-8", "replace")
 
 
+def saved_words(records, frame):
+    """What a saved run (--save) holds of the code objects named like
+    *frame* (a frame of --json): for each, its address, co_version, the
+    length of its location table, and the instruction offsets that its
+    F records gave, with their counts.  For the message of a test that
+    fails on a frame's line."""
+    codes = {}
+    offsets = collections.defaultdict(collections.Counter)
+    with open(records) as f:
+        lines = f.readlines()
+    for line in lines:
+        fields = line.split(" ", 5)
+        if fields[:2] == ["PYSTACK", "C"]:
+            name, filename, _, table, _ = json.loads(fields[5])
+            if name.endswith(frame["name"]) and filename.endswith(
+                    frame["filename"].lstrip(".")):
+                codes[int(fields[3], 16), int(fields[4])] = len(table) // 2
+    for line in lines:
+        fields = line.split()
+        if fields[:2] != ["PYSTACK", "F"]:
+            continue
+        for k in range(8):
+            code, word = (int(w, 16) for w in fields[6 + 2 * k:8 + 2 * k])
+            key = (code, word & 0xffffffff)
+            if key in codes:
+                offset = word >> 33
+                offset -= (offset & 0x40000000) << 1  # 31 bits, signed
+                offsets[key][offset] += 1
+    return "; ".join(
+        "code %#x co_version %d, table of %d bytes: offsets %s" % (
+            code, version, size, dict(offsets[code, version]))
+        for (code, version), size in codes.items()) or (
+            "no C record of that name")
+
+
 class PystackTest(unittest.TestCase):
 
     maxDiff = None
@@ -565,9 +600,10 @@ class PystackTest(unittest.TestCase):
         if any(" " in word for word in command):
             raise ValueError("bpftrace -c splits on spaces: %r" % command)
         counts = os.path.join(self.tmp, "counts.json")
+        records = os.path.join(self.tmp, "records")
         proc = run([TOOL_PYTHON, TOOL, "--probe", "profile:hz:99", "--json",
                     "--max-depth", "512", "--output", counts,
-                    "-c", " ".join(command)],
+                    "--save", records, "-c", " ".join(command)],
                    timeout=300, env=dict(os.environ, PYTHONPATH=app))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("lost", proc.stderr)
@@ -602,7 +638,9 @@ class PystackTest(unittest.TestCase):
                     # before it became the interpreter): the whole stack.
                     self.assertEqual(len(frames), 1, row)
                     continue
-                self.assertIsInstance(line, int, (frame, row))
+                if not isinstance(line, int):
+                    self.fail("%r in %r: %s" % (frame, row, saved_words(
+                        records, frame)))
                 if filename.startswith(app):
                     seen[filename[len(app):].split(os.sep)[1]] += 1
                 if not os.path.isfile(filename):
@@ -613,7 +651,10 @@ class PystackTest(unittest.TestCase):
                 text = sources[filename]
                 # Line 0: a module's first instruction (RESUME), as
                 # PyCode_Addr2Line() and f_lineno give it.
-                self.assertTrue(0 <= line <= len(text), (frame, len(text)))
+                if not 0 <= line <= len(text):
+                    self.fail("%r, %d lines: %s" % (frame, len(text),
+                                                   saved_words(records,
+                                                               frame)))
                 self.assertTrue(line or name == "<module>", frame)
                 function = name.rsplit(".", 1)[-1]
                 if function.startswith("<"):
