@@ -40,8 +40,8 @@ import unittest
 
 import test_usdt_scripts as bt
 from support import (PYTHON, TOP, Hang, PtraceWatch, Semaphore,
-                     free_threaded, readline, run, stapsdt_notes,
-                     tracer_unusable, wait)
+                     free_threaded, ptrace_stopped, readline, run,
+                     stapsdt_notes, tracer_unusable, wait)
 
 DTRACE = os.path.join(TOP, "tools", "dtrace")
 USDT = bt.USDT
@@ -63,6 +63,21 @@ STEP_TIMEOUT = 180
 # aggregations, as it does when it sees the target go).  DTrace 2.0.7
 # sometimes does not see it go (seen: a CI run waited 10 minutes, twice).
 GONE_GRACE = 30
+# How long pystat.d -p may take to end after SIGINT before its target is
+# ended (PystatTest.drive_rows()).
+SIGINT_GRACE = 30
+
+
+def state_of(pid):
+    """Process pid's state and the kernel function it waits in, for a
+    message (needs root for wchan)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        with open("/proc/%d/wchan" % pid) as f:
+            return "state %s, waiting in %s" % (state, f.read() or "-")
+    except OSError as e:
+        return "unknown (%s)" % e
 # How long a thread of a -c program may stay in ptrace_stop: DTrace keeps
 # the program stopped until its probes are armed (seconds; up to a minute
 # on a loaded machine), then only for moments.
@@ -1053,10 +1068,21 @@ class PystatTest(DTraceTestCase):
             wait_row(len(lines), deadline)
             time.sleep(0.2)
         tracer.send_signal(signal.SIGINT)
-        # DTrace ends within seconds of SIGINT: a stall here is a hang,
-        # retried (retried()) after minutes, not after TIMEOUT (in a CI
-        # rehearsal a pystat.d -p session ran past 6 minutes).
-        wait(tracer, END_TIMEOUT, "pystat.d did not end after SIGINT")
+        # DTrace ends within seconds of SIGINT.  Sometimes it does not
+        # while its -p target lives (in a CI rehearsal a session ran past
+        # 6 minutes; in that of 2026-11-29 both tries stalled 120 s).  The
+        # target's end ends such a session, as it ends every -p session
+        # of trace_p(): the rows counted above were printed before.
+        try:
+            wait(tracer, SIGINT_GRACE, "pystat.d did not end after SIGINT")
+        except Hang as hang:
+            sys.stderr.write(
+                "test_dtrace_scripts: pystat.d -p: %s (DTrace %s; the "
+                "target's threads in ptrace_stop: %s): ending the target\n"
+                % (hang, state_of(tracer.pid), ptrace_stopped(target.pid)))
+            target.kill()
+            wait(tracer, END_TIMEOUT, "pystat.d did not end after SIGINT "
+                 "and its target's end")
         reader.join(END_TIMEOUT)
         if reader.is_alive():
             raise Hang("timeout: pystat.d's output did not end within %d s "
