@@ -66,6 +66,10 @@ GONE_GRACE = 30
 # How long pystat.d -p may take to end after SIGINT before its target is
 # ended (PystatTest.drive_rows()).
 SIGINT_GRACE = 30
+# How long a thread of a -c program may stay in ptrace_stop: DTrace keeps
+# the program stopped until its probes are armed (seconds; up to a minute
+# on a loaded machine), then only for moments.
+C_PTRACE_PATIENCE = 90
 
 
 def state_of(pid):
@@ -78,10 +82,7 @@ def state_of(pid):
             return "state %s, waiting in %s" % (state, f.read() or "-")
     except OSError as e:
         return "unknown (%s)" % e
-# How long a thread of a -c program may stay in ptrace_stop: DTrace keeps
-# the program stopped until its probes are armed (seconds; up to a minute
-# on a loaded machine), then only for moments.
-C_PTRACE_PATIENCE = 90
+
 
 # What a -p target runs: it says it is ready, waits for a line on stdin (the
 # tracer has armed its probes), then runs the workload as __main__, as
