@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import sys
 
 TESTED = ((0, 17), (0, 23), (0, 27))
@@ -178,10 +179,77 @@ class Bpftrace:
         0.25 deprecates while loops (a warning for each)."""
         return self.version is None or self.version[:2] >= (0, 24)
 
+    def stack_config(self):
+        """A config block that keeps a program's variables off the BPF
+        stack, for a program with range loops: from 0.24, which passes
+        their variables to each bpf_loop() callback on the caller's
+        stack.  pystack's whole-stack walk, with 0.27 and LLVM 21, was
+        refused by bpftrace itself ("Stack size is too large") at a
+        tracepoint; on_stack_limit = 0 puts every variable in a per-CPU
+        scratch map instead, which the verifier also walks in 9,484
+        instructions instead of 244,886 (docs/tools-cost.md).  Empty
+        before 0.24, whose while loops need no such help (0.17 has no
+        config block)."""
+        if self.range_loops:
+            return "config = { on_stack_limit = 0 }\n"
+        return ""
+
     def loops(self, text):
         """The program *text*, written with range loops, with its loops
         as this version takes them (while_loops() before 0.24)."""
         return text if self.range_loops else while_loops(text)
+
+    def verifier_options(self):
+        """(options, environment) that make this version print what the
+        kernel's verifier reports of each program it loads: "-d
+        verifier" from 0.21 (the whole log, "stack depth" and "processed
+        N insns" last), "-v" before (the log at level 1: "processed"
+        only, no stack depth), with a log buffer large enough for the
+        whole log (bpftrace's default of 1 MB is not, for pystack's)."""
+        env = {"BPFTRACE_LOG_SIZE": str(VERIFIER_LOG_SIZE)}
+        if self.version is None or self.version[:2] >= (0, 21):
+            return ["-d", "verifier"], env
+        return ["-v"], env
+
+    def verify(self, text, params=(), target=None, timeout=600):
+        """Load the bpftrace program *text* and report what the kernel's
+        verifier said of each of its programs: ([ProgramStats], bpftrace's
+        errors, its exit status).  It runs with --unsafe and *target*,
+        bpftrace's options of the process traced (by default "-c
+        /bin/true": a program that names cpid needs a command; 0.17
+        finds a USDT marker only in the command's process), which ends
+        it once loaded and attached, with *params*, the program's
+        positional parameters, after its file; twice: with
+        verifier_options() for the figures, and as the tools run it,
+        for the errors and status, since 0.27 with "-d verifier" loaded
+        a program that it refused without ("Stack size is too large");
+        once with -v (before 0.21), which changes nothing else."""
+        options, extra = self.verifier_options()
+        env = self.environ()
+        env.update(extra)
+        runs = []
+        with tempfile.NamedTemporaryFile("w", suffix=".bt",
+                                         prefix="usdt-verify-") as f:
+            f.write(text)
+            f.flush()
+            passes = [options]
+            if options != ["-v"]:
+                passes.append(["-q"])
+            for flags in passes:
+                proc = subprocess.run(
+                    [self.path, "--unsafe"] + flags + [f.name] +
+                    [str(p) for p in params] +
+                    (target or ["-c", "/bin/true"]),
+                    env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, timeout=timeout, check=False)
+                runs.append((proc.stdout.decode("utf-8", "replace"),
+                             proc.returncode))
+        logged, (output, status) = runs[0][0], runs[-1]
+        errors = "\n".join(
+            line for line in output.splitlines()
+            if line.startswith("ERROR") and not any(
+                pattern.search(line) for pattern in NOISE))
+        return verifier_stats(logged), errors, status
 
     def drop_flags(self):
         """The options that make this version warn of each update that a
@@ -433,6 +501,98 @@ DROPPED = re.compile(r"WARNING: (Failed to map_update_elem: Argument list "
 # says "Error loading program", 0.23 and 0.27 "Error loading BPF program
 # for PROBE".
 LOAD_REFUSED = re.compile(r"Error loading (?:BPF )?program")
+
+# The kernel's verifier limits (include/linux/bpf.h): the instructions it
+# walks through a program, all its paths together
+# (BPF_COMPLEXITY_LIMIT_INSNS), and the stack of one function
+# (MAX_BPF_STACK).  The toolkit keeps its programs under half of each
+# (tests/test_verifier_margin.py, docs/tools-cost.md).
+VERIFIER_INSNS_LIMIT = 1000000
+VERIFIER_STACK_LIMIT = 512
+# Bytes of verifier log asked for with verifier_options(): pystack's
+# programs write tens of MB at level 2; the kernel takes at most 1 GiB - 1
+# (a larger size is EINVAL).
+VERIFIER_LOG_SIZE = 1 << 29
+
+# bpftrace's load error and its errno: "Error code: -7 (Argument list too
+# long)" (0.23, 0.27); 0.17 says only "Error loading program".
+LOAD_ERRNO = re.compile(r"Error loading (?:BPF )?program[^\n]*?"
+                        r"Error code: -?(\d+)")
+E2BIG = 7
+
+
+def refusal(errors):
+    """What the kernel's refusal of a program means, from bpftrace's
+    *errors*, in words: which limit was hit, where bpftrace says.  None
+    if *errors* is not a refusal."""
+    if not LOAD_REFUSED.search(errors):
+        return None
+    match = LOAD_ERRNO.search(errors)
+    if match and int(match.group(1)) == E2BIG:
+        return ("the kernel's verifier gave up on the program: it walks "
+                "at most %s instructions through all of a program's "
+                "paths, and this one has more (E2BIG)"
+                % format(VERIFIER_INSNS_LIMIT, ","))
+    if match:
+        return ("the kernel refused the program (%s)"
+                % os.strerror(int(match.group(1))))
+    return "the kernel refused the program"
+
+
+class ProgramStats:
+    """What the verifier reported of one program: its name (bpftrace's,
+    e.g. profile_hz_99_2, or the probe 0.17 attaches it to), the
+    instructions it processed, and the stack depth of each of its
+    functions, the main one first (None where the version does not
+    report it: 0.17)."""
+
+    def __init__(self, name, insns, stack):
+        self.name = name
+        self.insns = insns
+        self.stack = stack
+
+    def __repr__(self):
+        return "ProgramStats(%r, %r, %r)" % (self.name, self.insns,
+                                             self.stack)
+
+    @property
+    def max_stack(self):
+        """The deepest of its functions' stacks, or None."""
+        return max(self.stack) if self.stack else None
+
+
+_PROCESSED = re.compile(r"^processed (\d+) insns \(limit \d+\)", re.M)
+
+
+def verifier_stats(output):
+    """[ProgramStats] of bpftrace's *output* with verifier_options():
+    0.21 and later head each program's log with "BPF verifier log for
+    NAME:", and end it with "stack depth A+B+..." (one figure per
+    function) and "processed N insns"; 0.17 prints "The verifier log:",
+    the log, and then "Attaching PROBE"."""
+    stats = []
+    heads = list(re.finditer(r"^BPF verifier log for ([^\n:]+):$", output,
+                             re.M))
+    if heads:
+        for at, head in enumerate(heads):
+            end = heads[at + 1].start() if at + 1 < len(heads) else None
+            log = output[head.end():end]
+            processed = _PROCESSED.search(log)
+            if processed is None:
+                continue
+            depth = re.search(r"^stack depth ([\d+]+)$", log, re.M)
+            stack = ([int(d) for d in depth.group(1).split("+")]
+                     if depth else None)
+            stats.append(ProgramStats(head.group(1).strip(),
+                                      int(processed.group(1)), stack))
+        return stats
+    for match in re.finditer(r"^The verifier log: *\n(.*?)^Attaching "
+                             r"([^\n]+)$", output, re.M | re.S):
+        processed = list(_PROCESSED.finditer(match.group(1)))
+        if processed:
+            stats.append(ProgramStats(match.group(2).strip(),
+                                      int(processed[-1].group(1)), None))
+    return stats
 
 # Warnings that say nothing about the results.
 NOISE = (

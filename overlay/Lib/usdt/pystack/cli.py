@@ -119,6 +119,13 @@ def run(argv=None):
                         "on a loaded machine, is not taken from it")
     parser.add_argument("--print-program", action="store_true",
                         help="print the bpftrace program and exit")
+    parser.add_argument("--verifier-stats", action="store_true",
+                        help="load the program with the bpftrace on PATH "
+                        "and print what the kernel's verifier reports of "
+                        "each of its programs (instructions processed, of "
+                        "1,000,000 at most; stack depth of each function, "
+                        "of 512 bytes at most), then exit: 1 if the kernel "
+                        "refused one")
     parser.add_argument("--save", metavar="FILE",
                         help="write bpftrace's records to FILE as they "
                         "come, unbuffered (for --read later), and keep "
@@ -189,6 +196,11 @@ def run(argv=None):
         if args.print_program:
             sys.stdout.write(text)
             return 0
+        if args.verifier_stats:
+            # With -p, a short run of the same interpreter, which ends
+            # (bpftrace -p would run until PID ends).
+            command = args.command or "%s -c pass" % interp.path
+            return print_verifier_stats(runner, text, ["-c", command])
         lines, status, records, symbolizer, codes = run_bpftrace(
             text, args, runner, interp, probes)
         # bpftrace has stopped: a second Ctrl-C must not lose the counts
@@ -208,6 +220,28 @@ def run(argv=None):
     except Error as error:
         sys.stderr.write("pystack: %s\n" % error)
         return 2
+
+
+def print_verifier_stats(runner, text, target=None):
+    """Load *text* with *runner* (and the options *target* of the
+    process: -c or -p) and print the verifier's figures of
+    each program: its name, instructions processed and stack depths
+    (function by function; "-" where the version does not report them).
+    Returns 1 if the kernel refused a program, else 0."""
+    stats, errors, status = runner.verify(text, target=target)
+    out = sys.stdout
+    out.write("# %s\n" % runner)
+    out.write("%-48s %9s %s\n" % ("program", "insns", "stack depth"))
+    for s in stats:
+        out.write("%-48s %9d %s\n" % (
+            s.name, s.insns,
+            "+".join(map(str, s.stack)) if s.stack else "-"))
+    if status != 0:
+        out.write("refused: %s\n%s\n" % (
+            _bpftrace.refusal(errors) or "bpftrace failed (exit %d)" % status,
+            errors))
+        return 1
+    return 0
 
 
 def interrupt(signum, frame):

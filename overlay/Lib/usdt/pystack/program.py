@@ -286,7 +286,9 @@ def program(interp, args, probes, runner=None):
     text = text.replace("PROBES\n", probe_lines)
     text = text.replace("FILTER\n", where)
     text = text.replace("MACROS", macros(interp, args), 1)
-    text = text.replace("STRUCTS\n", structs(interp), 1)
+    # After the C definitions, before the first probe.
+    config = runner.stack_config() if runner is not None else ""
+    text = text.replace("STRUCTS\n", structs(interp) + config, 1)
     text = text.replace(" * INTERPRETER\n", " * %s\n" % interp.path, 1)
     text = text.replace("at PROBES,", "at %s," % ", ".join(probes), 1)
     walk = ""
@@ -355,8 +357,10 @@ def program_maps(text):
     return sorted(set(re.findall(r"@\w+", text)))
 
 def hold(interp, args):
-    """Whether the program stops the -c command before it finalizes."""
-    return args.command is not None and interp.has_run_eval
+    """Whether the program stops the -c command before it finalizes:
+    not for --verifier-stats, whose command nothing would resume."""
+    return (args.command is not None and interp.has_run_eval and
+            not getattr(args, "verifier_stats", False))
 
 
 def hold_probes(interp, runner):

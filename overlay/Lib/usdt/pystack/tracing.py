@@ -3,6 +3,7 @@ they come, the code objects they name read while it traces (follow()), and
 the hold that keeps a -c command's code objects readable at its exit
 (ExitHold)."""
 
+import argparse
 import os
 import queue
 import re
@@ -18,7 +19,7 @@ from .. import _bpftrace
 from .._bpftrace import Error
 from .offsets import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NATIVE, DEFAULT_STRLEN,
                       RECORD)
-from .program import hold, program_maps
+from .program import hold, program, program_maps
 from .records import CodeReader, frame_keys
 from .native import Symbolizer
 
@@ -191,6 +192,42 @@ def split_records(pipe, command_fd, path, records, attached=None):
     records.put(None)
 
 
+def refusal_advice(interp, args, probes, runner):
+    """What to do when the kernel refused the program: with while loops
+    (bpftrace before 0.24), whose every turn the verifier walks, the
+    largest lower depths that load, found by loading the program with
+    them; with range loops (bpf_loop(), whose body the verifier walks
+    once whatever the bound), lower depths change nothing."""
+    report = ("the program and the verifier's figures are printed by "
+              "python -m usdt.pystack with the same options and "
+              "--print-program, or --verifier-stats")
+    if runner.range_loops:
+        return ("lower --max-depth or --max-native would not help: this "
+                "bpftrace's loops are bpf_loop() calls, which the "
+                "verifier walks once whatever their bounds; %s" % report)
+    native = getattr(args, "native", False)
+    tries = []
+    depth, frames = args.max_depth, args.max_native
+    while depth > 8 or (native and frames > 8):
+        if native and frames > 8:
+            frames //= 2
+        else:
+            depth //= 2
+        tries.append((depth, frames))
+    for depth, frames in tries:
+        lower = argparse.Namespace(**vars(args))
+        lower.max_depth, lower.max_native = depth, frames
+        stats, errors, status = runner.verify(
+            program(interp, lower, probes, runner))
+        if status == 0 and not _bpftrace.refusal(errors):
+            options = "--max-depth %d" % depth
+            if native:
+                options += " --max-native %d" % frames
+            return "it loads with %s (checked just now)" % options
+    return ("no lower --max-depth or --max-native loads either; %s"
+            % report)
+
+
 def run_bpftrace(text, args, runner, interp, probes=()):
     """Run the program *text* with the bpftrace *runner* (main()'s, which
     wrote the program for it), reading the code objects of its frames as
@@ -273,14 +310,10 @@ def run_bpftrace(text, args, runner, interp, probes=()):
             if not args.save:
                 os.unlink(output)
             errors = "".join(stderr).strip()
-            if _bpftrace.LOAD_REFUSED.search(errors):
-                # The walker's loops are bounded by these, and the
-                # verifier checks each iteration.
-                errors += ("\n(the kernel refused the program, which grows "
-                           "with --max-depth (%d; default %d) and "
-                           "--max-native (%d; default %d): lower them)"
-                           % (args.max_depth, DEFAULT_MAX_DEPTH,
-                              args.max_native, DEFAULT_MAX_NATIVE))
+            refused = _bpftrace.refusal(errors)
+            if refused:
+                errors += "\n(%s; %s)" % (refused, refusal_advice(
+                    interp, args, probes, runner))
             raise Error("bpftrace failed (exit %d): %s"
                         % (proc.returncode, errors or "no error message"))
         return lines, proc.returncode, output, symbolizer, codes

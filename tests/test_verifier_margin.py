@@ -1,0 +1,148 @@
+"""Every program the toolkit loads stays under half of the kernel
+verifier's limit on the instructions it walks, with the bpftrace on PATH
+(make check runs this module with 0.17; tier 11 with 0.23 and 0.27).
+
+A compiler or libbpf update on a user's machine moves these figures: a
+program near the limit is refused there (E2BIG) while it loads here.
+This fails first, at half the limit, so that the next drift is caught
+here.  The figures come from the verifier itself (usdt._bpftrace's
+verify(), `python -m usdt.pystack --verifier-stats`); docs/tools-cost.md
+lists them.  The stack depth is held under three quarters of the 512
+bytes of a BPF function: 0.27's whole-stack walk takes 360 (the
+variables of its bpf_loop() calls)."""
+
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+from support import (PYTHON, TOP, USDT_PACKAGE, bpftrace_module,
+                     bpftrace_runner, require_bpftrace, run)
+
+TOOL = os.path.join(USDT_PACKAGE, "pystack")
+SCRIPTS = os.path.join(USDT_PACKAGE, "scripts")
+
+# Each script's positional parameters after PYTHON, where it needs some
+# to load (pyprofile.bt's PID: any number loads it).
+SCRIPT_PARAMS = {"pyprofile.bt": ["1"]}
+
+# pystack's programs: a timer, a tracepoint and a USDT marker, Python
+# stacks and whole stacks at the default depths and at twice the default
+# native depth; alloc's program (weights and releases).
+PROBES = ["profile:hz:99", "tracepoint:syscalls:sys_enter_write",
+          "usdt:PYTHON:python:gc__start"]
+OPTIONS = [[], ["--native"], ["--native", "--max-native", "256"]]
+ALLOC = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
+         "--size", "arg1", "--live", "arg0",
+         "usdt:PYTHON:otel_memory:free", "arg0"]
+
+ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\S+)$")
+
+
+class MarginTest(unittest.TestCase):
+    maxDiff = None
+
+    def setUp(self):
+        require_bpftrace(self)
+        self.bpftrace = bpftrace_module()
+        self.runner = bpftrace_runner()
+
+    def assertMargin(self, what, stats):
+        limit = self.bpftrace.VERIFIER_INSNS_LIMIT // 2
+        stack = self.bpftrace.VERIFIER_STACK_LIMIT * 3 // 4
+        self.assertTrue(stats, "%s: no verifier figures" % what)
+        for name, insns, depth in stats:
+            self.assertLess(
+                insns, limit,
+                "%s, %s (%s): the verifier walked %d instructions, more "
+                "than half of its limit (%d)"
+                % (what, name, self.runner, insns, 2 * limit))
+            if depth is not None:
+                self.assertLess(
+                    depth, stack,
+                    "%s, %s (%s): a function's stack takes %d bytes of %d"
+                    % (what, name, self.runner, depth,
+                       self.bpftrace.VERIFIER_STACK_LIMIT))
+
+    def pystack_stats(self, options):
+        proc = run([sys.executable, TOOL, "--verifier-stats", *options,
+                    "-c", "%s -c pass" % PYTHON], timeout=900)
+        out = proc.stdout
+        self.assertEqual(proc.returncode, 0, out + proc.stderr)
+        stats = []
+        for line in out.splitlines()[2:]:
+            match = ROW.match(line)
+            self.assertIsNotNone(match, "not a row: %r" % line)
+            name, insns, depth = match.groups()
+            stats.append((name, int(insns), None if depth == "-" else
+                          max(int(d) for d in depth.split("+"))))
+        return stats
+
+    def test_pystack_programs(self):
+        for probe in PROBES:
+            for options in OPTIONS:
+                args = ["--probe", probe, *options]
+                with self.subTest(args=" ".join(args)):
+                    self.assertMargin("pystack " + " ".join(args),
+                                      self.pystack_stats(args))
+
+    def test_alloc_program(self):
+        self.assertMargin("pystack " + " ".join(ALLOC),
+                          self.pystack_stats(ALLOC))
+
+    def test_scripts(self):
+        names = sorted(n for n in os.listdir(SCRIPTS) if n.endswith(".bt"))
+        self.assertGreater(len(names), 10)
+        for name in names:
+            with self.subTest(script=name):
+                with open(os.path.join(SCRIPTS, name)) as f:
+                    text = f.read()
+                params = [PYTHON] + SCRIPT_PARAMS.get(name, [])
+                stats, errors, status = self.runner.verify(
+                    text, params, ["-c", "%s -c pass" % PYTHON])
+                self.assertEqual(status, 0, "%s: %s" % (name, errors))
+                self.assertMargin(name, [(s.name, s.insns, s.max_stack)
+                                         for s in stats])
+
+
+class ParseTest(unittest.TestCase):
+    """verifier_stats() on what each version prints (no bpftrace
+    needed)."""
+
+    def test_named_logs(self):
+        stats = bpftrace_module().verifier_stats(
+            "BPF verifier log for begin_3:\n---\nfunc#0 @0\n"
+            "stack depth 40\nprocessed 46832 insns (limit 1000000) "
+            "max_states_per_insn 1\n\n"
+            "BPF verifier log for profile_hz_99_2:\n---\n"
+            "stack depth 360+136+8\nprocessed 9484 insns (limit 1000000) "
+            "max_states_per_insn 6\n")
+        self.assertEqual([(s.name, s.insns, s.stack) for s in stats],
+                         [("begin_3", 46832, [40]),
+                          ("profile_hz_99_2", 9484, [360, 136, 8])])
+
+    def test_logs_of_0_17(self):
+        stats = bpftrace_module().verifier_stats(
+            "Attaching 2 probes...\nProgram ID: 1912\nThe verifier log: \n"
+            "0: (b7) r1 = 0\nprocessed 13 insns (limit 1000000) "
+            "max_states_per_insn 0\nAttaching BEGIN\n"
+            "Program ID: 1921\nThe verifier log: \n"
+            "processed 31 insns (limit 1000000) max_states_per_insn 0\n"
+            "Attaching profile:hz:99\n")
+        self.assertEqual([(s.name, s.insns, s.stack) for s in stats],
+                         [("BEGIN", 13, None), ("profile:hz:99", 31, None)])
+
+    def test_refusal_says_which_limit(self):
+        bpftrace = bpftrace_module()
+        words = bpftrace.refusal(
+            "ERROR: Error loading BPF program for profile_hz_99_2. Error "
+            "code: -7 (Argument list too long). Use -v for full kernel "
+            "error log.")
+        self.assertIn("1,000,000 instructions", words)
+        self.assertIn("E2BIG", words)
+        self.assertIsNone(bpftrace.refusal("ERROR: something else"))
+
+
+if __name__ == "__main__":
+    unittest.main()
