@@ -150,8 +150,15 @@ def main():
     with open(args.out_json, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
+    text = markdown(result)
+    # bench/verifier.py's section, kept.
+    figures = os.path.join(os.path.dirname(HERE), "docs", "verifier.json")
+    if os.path.exists(figures):
+        import verifier
+        with open(figures) as f:
+            text += verifier.markdown(json.load(f))
     with open(args.out_md, "w") as f:
-        f.write(markdown(result))
+        f.write(text)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,17 @@ SCRIPTS = os.path.join(USDT_PACKAGE, "scripts")
 # to load (pyprofile.bt's PID: any number loads it).
 SCRIPT_PARAMS = {"pyprofile.bt": ["1"]}
 
-# pystack's programs: a timer, a tracepoint and a USDT marker, Python
-# stacks and whole stacks at the default depths and at twice the default
-# native depth; alloc's program (weights and releases).
-PROBES = ["profile:hz:99", "tracepoint:syscalls:sys_enter_write",
-          "usdt:PYTHON:python:gc__start"]
-OPTIONS = [[], ["--native"], ["--native", "--max-native", "256"]]
+# pystack's programs: at a timer, Python stacks, and whole stacks at
+# the default depths and at twice the default native depth; whole stacks
+# at a tracepoint and at a USDT marker (the walk is the same program at
+# any probe; the probe's context is not); alloc's program (weights and
+# releases).
+CASES = ([["--probe", "profile:hz:99", *options]
+          for options in ([], ["--native"],
+                          ["--native", "--max-native", "256"])] +
+         [["--probe", probe, "--native"]
+          for probe in ("tracepoint:syscalls:sys_enter_write",
+                        "usdt:PYTHON:python:gc__start")])
 ALLOC = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
          "--size", "arg1", "--live", "arg0",
          "usdt:PYTHON:otel_memory:free", "arg0"]
@@ -80,12 +85,10 @@ class MarginTest(unittest.TestCase):
         return stats
 
     def test_pystack_programs(self):
-        for probe in PROBES:
-            for options in OPTIONS:
-                args = ["--probe", probe, *options]
-                with self.subTest(args=" ".join(args)):
-                    self.assertMargin("pystack " + " ".join(args),
-                                      self.pystack_stats(args))
+        for args in CASES:
+            with self.subTest(args=" ".join(args)):
+                self.assertMargin("pystack " + " ".join(args),
+                                  self.pystack_stats(args))
 
     def test_alloc_program(self):
         self.assertMargin("pystack " + " ".join(ALLOC),
@@ -129,9 +132,12 @@ class ParseTest(unittest.TestCase):
             "max_states_per_insn 0\nAttaching BEGIN\n"
             "Program ID: 1921\nThe verifier log: \n"
             "processed 31 insns (limit 1000000) max_states_per_insn 0\n"
-            "Attaching profile:hz:99\n")
+            "Attaching profile:hz:99\n\nProgram ID: 4673\n\n"
+            "The verifier log: \nprocessed 79 insns (limit 1000000) "
+            "max_states_per_insn 0\n\n\n@live[os, _Environ]: 0\n")
         self.assertEqual([(s.name, s.insns, s.stack) for s in stats],
-                         [("BEGIN", 13, None), ("profile:hz:99", 31, None)])
+                         [("BEGIN", 13, None), ("profile:hz:99", 31, None),
+                          ("program 4673", 79, None)])
 
     def test_refusal_says_which_limit(self):
         bpftrace = bpftrace_module()

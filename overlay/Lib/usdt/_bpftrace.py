@@ -568,8 +568,8 @@ def verifier_stats(output):
     """[ProgramStats] of bpftrace's *output* with verifier_options():
     0.21 and later head each program's log with "BPF verifier log for
     NAME:", and end it with "stack depth A+B+..." (one figure per
-    function) and "processed N insns"; 0.17 prints "The verifier log:",
-    the log, and then "Attaching PROBE"."""
+    function) and "processed N insns"; 0.17 prints "Program ID: N",
+    the log, and then "Attaching PROBE" (not for USDT markers)."""
     stats = []
     heads = list(re.finditer(r"^BPF verifier log for ([^\n:]+):$", output,
                              re.M))
@@ -586,12 +586,17 @@ def verifier_stats(output):
             stats.append(ProgramStats(head.group(1).strip(),
                                       int(processed.group(1)), stack))
         return stats
-    for match in re.finditer(r"^The verifier log: *\n(.*?)^Attaching "
-                             r"([^\n]+)$", output, re.M | re.S):
-        processed = list(_PROCESSED.finditer(match.group(1)))
-        if processed:
-            stats.append(ProgramStats(match.group(2).strip(),
-                                      int(processed[-1].group(1)), None))
+    blocks = re.split(r"^Program ID: (\d+)$", output, flags=re.M)
+    for number, block in zip(blocks[1::2], blocks[2::2]):
+        processed = list(_PROCESSED.finditer(block))
+        if not processed:
+            continue
+        # "Attaching PROBE" after the log, except at USDT markers.
+        name = re.search(r"^Attaching ([^\n]+)$", block[processed[-1]
+                                                      .end():], re.M)
+        stats.append(ProgramStats(name.group(1).strip() if name else
+                                  "program %s" % number,
+                                  int(processed[-1].group(1)), None))
     return stats
 
 # Warnings that say nothing about the results.
