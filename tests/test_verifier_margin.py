@@ -102,8 +102,10 @@ class MarginTest(unittest.TestCase):
                 with open(os.path.join(SCRIPTS, name)) as f:
                     text = f.read()
                 params = [PYTHON] + SCRIPT_PARAMS.get(name, [])
+                # Loaded as the tools load them by test_usdt_scripts.
                 stats, errors, status = self.runner.verify(
-                    text, params, ["-c", "%s -c pass" % PYTHON])
+                    text, params, ["-c", "%s -c pass" % PYTHON],
+                    load=False)
                 self.assertEqual(status, 0, "%s: %s" % (name, errors))
                 self.assertMargin(name, [(s.name, s.insns, s.max_stack)
                                          for s in stats])

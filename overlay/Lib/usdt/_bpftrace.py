@@ -211,7 +211,7 @@ class Bpftrace:
             return ["-d", "verifier"], env
         return ["-v"], env
 
-    def verify(self, text, params=(), target=None, timeout=600):
+    def verify(self, text, params=(), target=None, load=True, timeout=600):
         """Load the bpftrace program *text* and report what the kernel's
         verifier said of each of its programs: ([ProgramStats], bpftrace's
         errors, its exit status).  It runs with --unsafe and *target*,
@@ -223,7 +223,8 @@ class Bpftrace:
         verifier_options() for the figures, and as the tools run it,
         for the errors and status, since 0.27 with "-d verifier" loaded
         a program that it refused without ("Stack size is too large");
-        once with -v (before 0.21), which changes nothing else."""
+        once with -v (before 0.21), which changes nothing else, or
+        without *load* (a program that the caller loads elsewhere)."""
         options, extra = self.verifier_options()
         env = self.environ()
         env.update(extra)
@@ -233,7 +234,7 @@ class Bpftrace:
             f.write(text)
             f.flush()
             passes = [options]
-            if options != ["-v"]:
+            if load and options != ["-v"]:
                 passes.append(["-q"])
             for flags in passes:
                 proc = subprocess.run(
