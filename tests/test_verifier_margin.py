@@ -17,8 +17,8 @@ import subprocess
 import sys
 import unittest
 
-from support import (PYTHON, TOP, USDT_PACKAGE, bpftrace_module,
-                     bpftrace_runner, require_bpftrace, run)
+from support import (PYTHON, USDT_PACKAGE, bpftrace_module,
+                     bpftrace_runner, require_bpftrace, run, usdt_module)
 
 TOOL = os.path.join(USDT_PACKAGE, "pystack")
 SCRIPTS = os.path.join(USDT_PACKAGE, "scripts")
@@ -150,6 +150,64 @@ class ParseTest(unittest.TestCase):
         self.assertIn("1,000,000 instructions", words)
         self.assertIn("E2BIG", words)
         self.assertIsNone(bpftrace.refusal("ERROR: something else"))
+
+
+class AdviceTest(unittest.TestCase):
+    """What pystack says when the kernel refuses its program (no bpftrace
+    needed: a runner that refuses what is too deep)."""
+
+    class Runner:
+        def __init__(self, range_loops, loads):
+            self.range_loops = range_loops
+            self.loads = loads
+            self.tried = []
+
+        def loops(self, text):
+            return bpftrace_module().while_loops(text)
+
+        def stack_config(self):
+            return ""
+
+        def probe_offsets(self):
+            return False
+
+        def verify(self, text):
+            depth = int(re.search(r"#define MAX_DEPTH +(\d+)", text)[1])
+            native = 8 * int(re.search(r"#define NATIVE_BATCHES +(\d+)",
+                                       text)[1])
+            self.tried.append((depth, native))
+            if self.loads(depth, native):
+                return [], "", 0
+            return [], ("ERROR: Error loading BPF program for x. Error "
+                        "code: -7 (Argument list too long)."), 255
+
+    def advice(self, runner):
+        import argparse
+        tracing = usdt_module("pystack.tracing")
+        offsets = usdt_module("pystack.offsets")
+        args = argparse.Namespace(
+            pid=None, command=None, filter=None, native=True, libc=None,
+            max_depth=64, max_native=128, max_threads=64, weight="1",
+            size=None, live=None)
+        return tracing.refusal_advice(offsets.Interpreter(PYTHON), args,
+                                      ["profile:hz:99"], runner)
+
+    def test_names_the_depths_that_load(self):
+        runner = self.Runner(False, lambda depth, native: native <= 32)
+        self.assertEqual(self.advice(runner), "it loads with --max-depth 64 "
+                         "--max-native 32 (checked just now)")
+        self.assertEqual(runner.tried, [(64, 64), (64, 32)])
+
+    def test_none_loads(self):
+        runner = self.Runner(False, lambda depth, native: False)
+        self.assertIn("no lower --max-depth or --max-native loads",
+                      self.advice(runner))
+        self.assertEqual(runner.tried[-1], (8, 8))
+
+    def test_range_loops_say_depth_does_not_help(self):
+        runner = self.Runner(True, lambda depth, native: True)
+        self.assertIn("would not help", self.advice(runner))
+        self.assertEqual(runner.tried, [])
 
 
 if __name__ == "__main__":
