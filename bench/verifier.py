@@ -39,7 +39,7 @@ PYSTACK_CASES = [
 ] + [("usdt:PYTHON:otel_memory:alloc",
       ["--weight", "arg2", "--size", "arg1", "--live", "arg0",
        "usdt:PYTHON:otel_memory:free", "arg0"])]
-ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\S+)$")
+ROW = re.compile(r"^(.+?)\s+(\d+)\s+(\S+)$")
 INSNS_LIMIT = 1000000
 STACK_LIMIT = 512
 

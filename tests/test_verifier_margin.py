@@ -42,7 +42,7 @@ ALLOC = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
          "--size", "arg1", "--live", "arg0",
          "usdt:PYTHON:otel_memory:free", "arg0"]
 
-ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\S+)$")
+ROW = re.compile(r"^(.+?)\s+(\d+)\s+(\S+)$")
 
 
 class MarginTest(unittest.TestCase):

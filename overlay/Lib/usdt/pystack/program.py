@@ -164,8 +164,9 @@ LIBC_FIND = TEMPLATES["LIBC_FIND"]
 # on and its return address, at most WINDOW_BATCHES * 64 bytes, which
 # pystack unwinds with libc's CFI (native.unwind_window()): the
 # allocator's and the string functions' frames take one or two records,
-# pthread_create()'s nine.  Twelve (768 bytes): with sixteen, bpftrace
-# 0.27's program for profile is refused (E2BIG).
+# pthread_create()'s nine.  Twelve (768 bytes), chosen when sixteen made
+# 0.27 refuse the program for profile (E2BIG; since then the record's
+# address comes from the loop's turn, which the verifier walks once).
 WINDOW_WORD = TEMPLATES["WINDOW_WORD"]
 # Whether $x0, at $slot, may be the frame pointer where the walk starts.
 WINDOW_CHECK = TEMPLATES["WINDOW_CHECK"]
