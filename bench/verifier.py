@@ -120,13 +120,13 @@ def markdown(result):
            "[`verifier.json`](verifier.json) on %s: `%s`.  "
            % (result["date"], result["command"]),
            "",
-           "Per program the toolkit loads, the largest of its BPF programs "
-           "(bpftrace makes one per probe and clause): the instructions "
+           "Per program the toolkit loads, of its BPF programs (bpftrace "
+           "makes one per probe and clause): the most instructions "
            "the verifier processed, of its limit of 1,000,000 "
            "(`BPF_COMPLEXITY_LIMIT_INSNS`: all paths together; past it the "
-           "load fails with E2BIG), and the stack depth of each of its "
-           "functions, the main one first (bpf_loop() callbacks after), "
-           "of 512 bytes each.  bpftrace 0.17 does not report the stack "
+           "load fails with E2BIG), and the stack depth of each function "
+           "of the program with the deepest one, the main one first "
+           "(bpf_loop() callbacks after), of 512 bytes each.  bpftrace 0.17 does not report the stack "
            "depth (–).  `tests/test_verifier_margin.py` fails when a "
            "program passes half the instruction limit, or three quarters "
            "of a function's stack.  pystack's programs are measured "
@@ -140,8 +140,11 @@ def markdown(result):
 
     def cell(rows):
         row = largest(rows)
-        stack = ("+".join(map(str, row["stack"])) if row["stack"]
-                 else "–")
+        stacked = [r for r in rows if r["stack"]]
+        stack = "–"
+        if stacked:
+            deepest = max(stacked, key=lambda r: max(r["stack"]))
+            stack = "+".join(map(str, deepest["stack"]))
         return "%s insns (%.1f %%), stack %s" % (
             format(row["insns"], ","), 100 * row["insns"] / INSNS_LIMIT,
             stack)
