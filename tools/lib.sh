@@ -157,15 +157,23 @@ fuzz); rebase it with tools/patch-queue"
     done < "$dir/series"
 }
 
+# installed_packages ROOT [PATTERN...]: "PACKAGE VERSION" of each package
+# installed in ROOT ("" for this machine), of those matching the
+# dpkg-query PATTERNs (default: all), without their architecture.
+installed_packages() {
+    local admin=${1:-}/var/lib/dpkg
+    shift
+    dpkg-query --admindir="$admin" -W \
+        -f '${db:Status-Status} ${Package} ${Version}\n' "$@" 2>/dev/null |
+        sed -n 's/^installed //p' | sed 's/:[a-z0-9]* / /'
+}
+
 # toolchain_versions [ROOT]: the versions of bpftrace and of the libraries
 # that decide which programs the kernel accepts, libbpf and LLVM (those
 # installed: forky's bpftrace 0.27 carries its own libbpf, and depends on
 # none), in ROOT (default: this machine), on one line:
 # "bpftrace 0.27.0-1, libbpf1 1:1.7.0-1, libllvm21 1:21.1.8-13, ...".
 toolchain_versions() {
-    local admin=${1:-}/var/lib/dpkg
-    dpkg-query --admindir="$admin" -W -f '${db:Status-Status} ${Package} ${Version}\n' \
-        bpftrace 'libbpf[0-9]*' 'libllvm[0-9]*' 'libclang-cpp[0-9]*' \
-        2>/dev/null | sed -n 's/^installed //p' |
-        sed 's/:amd64//' | paste -s -d ',' | sed 's/,/, /g'
+    installed_packages "${1:-}" bpftrace 'libbpf[0-9]*' 'libllvm[0-9]*' \
+        'libclang-cpp[0-9]*' | paste -s -d ',' | sed 's/,/, /g'
 }

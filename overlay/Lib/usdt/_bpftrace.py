@@ -20,8 +20,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 TESTED = ((0, 17), (0, 23), (0, 27))
 # The BPFTRACE_PERF_RB_PAGES that environ() gives bpftrace, unless one is

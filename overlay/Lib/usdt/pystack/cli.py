@@ -223,8 +223,8 @@ def run(argv=None):
 
 
 def print_verifier_stats(runner, text, target=None):
-    """Load *text* with *runner* (and the options *target* of the
-    process: -c or -p) and print the verifier's figures of
+    """Load *text* with *runner* (and *target*, the -c option of a
+    command that ends) and print the verifier's figures of
     each program: its name, instructions processed and stack depths
     (function by function; "-" where the version does not report them).
     Returns 1 if the kernel refused a program, else 0."""

@@ -17,8 +17,7 @@ import time
 
 from .. import _bpftrace
 from .._bpftrace import Error
-from .offsets import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NATIVE, DEFAULT_STRLEN,
-                      RECORD)
+from .offsets import DEFAULT_STRLEN, RECORD
 from .program import hold, program, program_maps
 from .records import CodeReader, frame_keys
 from .native import Symbolizer
