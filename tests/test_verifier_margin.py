@@ -182,14 +182,12 @@ class AdviceTest(unittest.TestCase):
                         "code: -7 (Argument list too long)."), 255
 
     def advice(self, runner):
-        import argparse
         tracing = usdt_module("pystack.tracing")
         offsets = usdt_module("pystack.offsets")
-        args = argparse.Namespace(
-            pid=None, command=None, filter=None, native=True, libc=None,
-            max_depth=64, max_native=128, max_threads=64, weight="1",
-            size=None, live=None)
-        return tracing.refusal_advice(offsets.Interpreter(PYTHON), args,
+        config = usdt_module("pystack.api").Config(
+            probes=["profile:hz:99"], native=True, max_depth=64,
+            max_native=128)
+        return tracing.refusal_advice(offsets.Interpreter(PYTHON), config,
                                       ["profile:hz:99"], runner)
 
     def test_names_the_depths_that_load(self):

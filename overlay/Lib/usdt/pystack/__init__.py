@@ -37,10 +37,22 @@ between two of the entry frames that the C stack owns; Python frames are
 then py::qualname (file:line), native ones symbol (library).  See "Whole
 stacks" in the same howto.
 
-The modules, in the order each uses the ones before it: offsets (what
-is read of the interpreter before tracing), program (the bpftrace program
-of program.bt), records (the records and the code objects they name),
-native (--native), output (counts and their printing), tracing (running
-bpftrace), cli (the options).
+The library (api): Config says what to trace, trace() returns a Result,
+read() counts a saved run, and output's write_counts(), write_folded()
+and write_json() print a Result.  The modules, in the order each uses the
+ones before it: offsets (what is read of the interpreter before
+tracing), program (the bpftrace program of program.bt), records (the
+records and the code objects they name), native (--native), output
+(counts and their printing), tracing (running bpftrace), api (the
+library), cli (the options).
 """
+
+from .._bpftrace import Error
+from .api import Config, Prepared, Result, prepare, read, trace
+from .output import (write_counts, write_folded, write_folded_objects,
+                     write_json, write_notes)
+
+__all__ = ["Config", "Error", "Prepared", "Result", "prepare", "read",
+           "trace", "write_counts", "write_folded", "write_folded_objects",
+           "write_json", "write_notes"]
 

@@ -1,12 +1,10 @@
 """From records to counts per stack (parse()) and to what pystack prints:
-counts, folded stacks, JSON (report())."""
+counts, folded stacks, JSON (the write_*() functions)."""
 
 import collections
-import contextlib
 import json
 import os
 import re
-import sys
 
 from .. import _bpftrace
 from .offsets import RECORD
@@ -194,48 +192,46 @@ def print_folded(stacks, out, native=False):
         out.write("%s %d\n" % (line, count))
 
 
+def json_rows(stacks):
+    """The rows of the JSON output: {"count", "frames"}, the most frequent
+    first."""
+    return [{"count": count,
+             "frames": [f._asdict() for f in stack]}
+            for stack, count in sorted(stacks.items(), key=stack_order)]
+
+
 def print_json(stacks, out):
     """Python frames are {"name", "filename", "line"}, native ones
     {"symbol", "library"}."""
-    rows = [{"count": count,
-             "frames": [f._asdict() for f in stack]}
-            for stack, count in sorted(stacks.items(), key=stack_order)]
-    json.dump(rows, out, indent=1)
+    json.dump(json_rows(stacks), out, indent=1)
     out.write("\n")
 
 
-def report(lines, args, out, codes, symbolizer=None):
-    objects = (collections.Counter()
-               if getattr(args, "also_folded_objects", None) else None)
-    stacks, notes = parse(lines, codes, symbolizer,
-                          getattr(args, "max_native", None),
-                          live=bool(getattr(args, "live", None)),
-                          objects=objects, libc=getattr(args, "libc", None))
-    native = getattr(args, "native", False) or any(
-        isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
-    if args.folded:
-        print_folded(stacks, out, native)
-    elif args.json:
-        print_json(stacks, out)
-    else:
-        print_counts(stacks, out, native)
-    if getattr(args, "also_folded", None):
-        with open(args.also_folded, "w", encoding="utf-8") as f:
-            print_folded(stacks, f, native)
-    if objects is not None:
-        # Each stack's estimate, rounded, for every stack the counts have
-        # (0 where its hits stand for less than half an object).
-        with open(args.also_folded_objects, "w", encoding="utf-8") as f:
-            print_folded({stack: round(objects[stack]) for stack in stacks},
-                         f, native)
-    for note, count in sorted(notes.items()):
-        sys.stderr.write("pystack: %d %s\n" % (count, note))
+def write_counts(result, out):
+    """Each stack of *result* (an api.Result) and its count, the most
+    frequent first, innermost frame first."""
+    print_counts(result.stacks, out, result.native)
 
 
-# --------------------------------------------------------------- main
+def write_folded(result, out):
+    """One line per stack, "root;...;innermost count", for a flame
+    graph."""
+    print_folded(result.stacks, out, result.native)
 
-def counts_file(args):
-    """Where the counts go: --output FILE, or stdout (left open)."""
-    if args.output:
-        return open(args.output, "w", encoding="utf-8")
-    return contextlib.nullcontext(sys.stdout)
+
+def write_json(result, out):
+    print_json(result.stacks, out)
+
+
+def write_folded_objects(result, out):
+    """Each stack's estimated objects (Config.size), rounded, folded, for
+    every stack the counts have (0 where its hits stand for less than
+    half an object)."""
+    print_folded({stack: round(result.objects[stack])
+                  for stack in result.stacks}, out, result.native)
+
+
+def write_notes(result, out, who="usdt.stacks"):
+    """What was lost or could not be read, a line each."""
+    for note, count in sorted(result.notes.items()):
+        out.write("%s: %d %s\n" % (who, count, note))
