@@ -25,11 +25,11 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, SERIES, "obj", "python"))
 
 
-# The package usdt of this tree: the tracing tools (usdt.pystack,
+# The package usdt of this tree: the tracing tools (usdt.stacks,
 # usdt.tools) and their ready scripts (usdt/scripts).
 USDT_PACKAGE = os.path.join(TOP, "overlay", "Lib", "usdt")
 # Code that imports USDT_PACKAGE (the path in sys.argv[1]) as usdt, under
-# any Python 3, as python3 PATH/usdt/pystack does: for tests that run its
+# any Python 3, as python3 PATH/usdt/stacks does: for tests that run its
 # modules in a process of their own.
 IMPORT_USDT = textwrap.dedent("""\
     import os, runpy, sys
@@ -371,13 +371,13 @@ def stapsdt_notes(binary, arguments=False):
     return notes
 
 
-# pystack's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
+# the stack tool's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
 # bytes of a file name.
 PYSTACK_STRLEN = 128
 
 
 def pystack_filename(filename, strlen=PYSTACK_STRLEN):
-    """filename as pystack prints it: its last strlen - 1 bytes, after
+    """filename as usdt.stacks prints it: its last strlen - 1 bytes, after
     "..." when cut (the paths of a clone under a deep directory are)."""
     raw = filename.encode()
     if len(raw) <= strlen - 1:
@@ -559,9 +559,9 @@ class Bpftrace:
         return text
 
 
-# The line in which usdt.tools and pystack count the known harmless
+# The line in which usdt.tools and usdt.stacks count the known harmless
 # warnings of bpftrace they left out (usdt._bpftrace.left_out_note()).
-LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|pystack): \d+ known harmless "
+LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|usdt.stacks): \d+ known harmless "
                            r"bpftrace warnings? not shown \(-v shows "
                            r"(them|it)\)$")
 

@@ -12,7 +12,7 @@ import unittest
 from support import usdt_module
 
 _cfi = usdt_module("_cfi")
-Elf = usdt_module("pystack.offsets").Elf
+Elf = usdt_module("stacks.offsets").Elf
 
 REGISTERS = {6: "rbp", 7: "rsp"}
 

@@ -131,9 +131,10 @@ class HowtoParses(unittest.TestCase):
                         if option in ("start-at", "end-before"):
                             at = included.find(value, at)
                             self.assertGreaterEqual(at, 0, (option, value))
-        self.assertIn("call_stack.d", "".join(
-            path for page in PAGES
-            for path, _ in LITERALINCLUDE.findall(open(page).read())))
+        with open(HOWTO, encoding="utf-8") as f:
+            self.assertIn("../../Lib/usdt/scripts/call_stack.d",
+                          [path for path, _ in
+                           LITERALINCLUDE.findall(f.read())])
 
     def check_text(self, text):
         """check() of a scratch page holding text: its reports."""

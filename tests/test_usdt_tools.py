@@ -577,7 +577,7 @@ class ApplicationTest(ToolsTestCase):
         # -f: only the stacks through the application's package.
         self.assertEqual([stack for stack in stacks if "/app/" not in stack],
                          [])
-        # pystack keeps the last 127 bytes of a path, after "...".
+        # usdt.stacks keeps the last 127 bytes of a path, after "...".
         bulk = os.path.join(self.top, "app", "bulk.py")
         self.assertTrue(any(re.search(r"(^|;)run_all \(\.\.\.[^;]*:\d+\)",
                                       stack) and bulk[-100:] in stack

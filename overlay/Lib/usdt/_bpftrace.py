@@ -1,6 +1,6 @@
 """The one place that knows how each bpftrace version differs.
 
-usdt.tools and pystack run bpftrace through this module: it finds
+usdt.tools and usdt.stacks run bpftrace through this module: it finds
 bpftrace on PATH, reads its version once, gives it its string and map
 limits the way that version takes them, and tells its known harmless
 noise from what a person must see.
@@ -29,7 +29,7 @@ import time
 TESTED = ((0, 17), (0, 23), (0, 27))
 # The BPFTRACE_PERF_RB_PAGES that environ() gives bpftrace, unless one is
 # set.  Up to 0.24 it sizes a buffer per CPU, 64 pages by default, which
-# lost records under load: 864 of test_pystack's GIL waits with 0.23,
+# lost records under load: 864 of test_stack_tool's GIL waits with 0.23,
 # and 3,495 of alloc's records with 0.17 on the free-threaded build.
 # 1024 pages per CPU lost none; on a machine of many CPUs, the tools
 # give each CPU less (per_cpu_pages()), so that the buffers take no more
@@ -186,7 +186,7 @@ class Bpftrace:
         """A config block that keeps a program's variables off the BPF
         stack, for a program with range loops: from 0.24, which passes
         their variables to each bpf_loop() callback on the caller's
-        stack.  pystack's whole-stack walk, with 0.27 and LLVM 21, was
+        stack.  the stack tool's whole-stack walk, with 0.27 and LLVM 21, was
         refused by bpftrace itself ("Stack size is too large") at a
         tracepoint; on_stack_limit = 0 puts every variable in a per-CPU
         scratch map instead, which the verifier also walks in 9,484
@@ -208,7 +208,7 @@ class Bpftrace:
         verifier" from 0.21 (the whole log, "stack depth" and "processed
         N insns" last), "-v" before (the log at level 1: "processed"
         only, no stack depth), with a log buffer large enough for the
-        whole log (bpftrace's default of 1 MB is not, for pystack's)."""
+        whole log (bpftrace's default of 1 MB is not, for the stack tool's)."""
         env = {"BPFTRACE_LOG_SIZE": str(VERIFIER_LOG_SIZE)}
         if self.version is None or self.version[:2] >= (0, 21):
             return ["-d", "verifier"], env
@@ -442,8 +442,8 @@ def find(tracefs=True):
     return _FOUND[path]
 
 
-# Set (to 1) by usdt.tools -v and pystack -v, and so seen by the
-# pystack that usdt.tools runs: name the bpftrace used, and show the
+# Set (to 1) by usdt.tools -v and usdt.stacks -v, and so seen by the
+# usdt.stacks that usdt.tools runs: name the bpftrace used, and show the
 # warnings that NoiseFilter would leave out.
 VERBOSE = "USDT_TOOLS_VERBOSE"
 
@@ -513,7 +513,7 @@ LOAD_REFUSED = re.compile(r"Error loading (?:BPF )?program")
 # (tests/test_verifier_margin.py, docs/tools-cost.md).
 VERIFIER_INSNS_LIMIT = 1000000
 VERIFIER_STACK_LIMIT = 512
-# Bytes of verifier log asked for with verifier_options(): pystack's
+# Bytes of verifier log asked for with verifier_options(): the stack tool's
 # programs write tens of MB at level 2; the kernel takes at most 1 GiB - 1
 # (a larger size is EINVAL).
 VERIFIER_LOG_SIZE = 1 << 29
@@ -616,7 +616,7 @@ NOISE = (
     re.compile(r"WARNING: Can't lookup map element because it does not "
                r"exist"),
     # 0.23 and 0.27: a sum or comparison of a kernel and a user value,
-    # which pystack's programs make in a kernel probe (a tracepoint):
+    # which the stack tool's programs make in a kernel probe (a tracepoint):
     # the values they read through uptr() are the user's, 0.27's
     # constants there the kernel's (0.23's casts of constants, which the
     # programs avoid).  Nothing depends on it: every read is uptr()'s.

@@ -350,7 +350,7 @@ def syscall_sites(elf):
 
 
 def main(argv):
-    from usdt.pystack.offsets import Elf
+    from usdt.stacks.offsets import Elf
     frames = EhFrame(Elf(argv[1]))
     for address in argv[2:]:
         print(hex(int(address, 0)), frames.row(int(address, 0)))

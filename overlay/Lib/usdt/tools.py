@@ -11,8 +11,8 @@ interpreter, with the same options everywhere:
     -f TEXT       keep only the entries whose key contains TEXT (a module,
                   a file, a function)
 
-The tools are the ready bpftrace scripts of usdt/scripts, and pystack
-(usdt.pystack, run in this process) for stacks, alloc and profile, run
+The tools are the ready bpftrace scripts of usdt/scripts, and usdt.stacks
+(usdt.stacks, run in this process) for stacks, alloc and profile, run
 with the limits each one needs (its string length and map size, set the
 way the bpftrace found takes them: see usdt._bpftrace, which also says
 which versions are tested), warning of each update a
@@ -177,7 +177,7 @@ def filter_output(text, needle):
 
 
 def filter_stacks(text, needle):
-    """The stacks of pystack's output that have a frame holding
+    """The stacks of the stack tool's output that have a frame holding
     needle: folded lines, or blocks of a count and its frames."""
     blocks = re.split(r"(?<=\n)\n", text) if "\n\n" in text else None
     if blocks is None:
@@ -313,7 +313,7 @@ COUNTER_LINE = re.compile(r"^@(collisions|too_deep): (\d+)$")
 
 def fold_callpaths(text):
     """Folded stacks of callpaths.bt's output, weighted by own time in
-    nanoseconds, frames as pystack names them ("name (file:line)",
+    nanoseconds, frames as usdt.stacks names them ("name (file:line)",
     the line of the def); and its counters (collisions, too_deep)."""
     maps = collections.defaultdict(dict)
     counters = collections.Counter()
@@ -423,7 +423,7 @@ def profile_kinds(args):
                     period=period)
     if args.tool == "alloc":
         # The bytes first: pprof's default (default_sample_type) and
-        # speedscope's weights; then the objects (extra: pystack's
+        # speedscope's weights; then the objects (extra: the stack tool's
         # --also-folded-objects).
         prefix = "inuse" if args.live else "alloc"
         return dict(sample_types=((prefix + "_space", "bytes"),
@@ -445,7 +445,7 @@ def stack_config(args, probe, **options):
     """The stack tool's Config for the tool that args name: *probe* in the
     process that args target, with the walker's limits that args give,
     and *options* (fields of Config)."""
-    from usdt.pystack import Config
+    from usdt.stacks import Config
     for option in ("max_depth", "max_native"):
         if getattr(args, option, None) is not None:
             options[option] = getattr(args, option)
@@ -461,7 +461,7 @@ def run_stacks(args, config):
     --help need none of the stack tool (nor its program.bt read).  With
     --pprof or --speedscope in args, their files are written of the same
     stacks."""
-    from usdt.pystack import Error as StacksError, trace, output
+    from usdt.stacks import Error as StacksError, trace, output
     handlers = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -469,7 +469,7 @@ def run_stacks(args, config):
     try:
         result = trace(config)
     except StacksError as error:
-        sys.stderr.write("pystack: %s\n" % error)
+        sys.stderr.write("usdt.stacks: %s\n" % error)
         return None
     except KeyboardInterrupt:
         # Before bpftrace started: nothing traced, nothing to count.
@@ -477,7 +477,7 @@ def run_stacks(args, config):
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    output.write_notes(result, sys.stderr, "pystack")
+    output.write_notes(result, sys.stderr, "usdt.stacks")
     if getattr(args, "pprof", None) or getattr(args, "speedscope", None):
         text = folded_text(result)
         if args.filter:
@@ -498,7 +498,7 @@ def run_stacks(args, config):
 def folded_text(result, objects=False):
     """The stacks of *result* folded (with *objects*, the objects each
     stack stands for)."""
-    from usdt.pystack import output
+    from usdt.stacks import output
     out = io.StringIO()
     if objects:
         output.write_folded_objects(result, out)
@@ -514,17 +514,17 @@ def interrupt(signum, frame):
 
 
 def add_walker_limits(parser):
-    """The options of pystack's limits, for a tool that runs it."""
+    """The options of the stack tool's limits, for a tool that runs it."""
     parser.add_argument("--max-depth", type=int, metavar="N",
                         help="Python frames kept per stack (default 64)")
     parser.add_argument("--max-entries", type=int, metavar="N",
-                        help="no effect (pystack decodes the frames' "
+                        help="no effect (usdt.stacks decodes the frames' "
                         "lines in user space, without a budget); "
                         "accepted for the scripts that give it")
 
 
 def stacks_command(args):
-    from usdt.pystack import output
+    from usdt.stacks import output
     result = run_stacks(args, stack_config(args, args.probe,
                                            native=args.native))
     if result is None:
@@ -559,7 +559,7 @@ def alloc_command(args):
     allocated since the tracer attached).  Printed as tables by line,
     function and file of the innermost Python frame, or per stack
     (--stacks), or folded."""
-    from usdt.pystack import output
+    from usdt.stacks import output
     config = stack_config(
         args, "usdt:PYTHON:otel_memory:alloc", weight="arg2", size="arg1",
         live=("arg0", "usdt:PYTHON:otel_memory:free", "arg0")
@@ -599,7 +599,7 @@ ALLOC_KEYS = {
 
 
 def alloc_tables(rows, live, by, top, needle):
-    """The tables of usdt.tools alloc: pystack's JSON rows (count =
+    """The tables of usdt.tools alloc: the stack tool's JSON rows (count =
     the weights of the stack's samples) summed by the innermost frame's
     line, function and file, the largest first."""
     what = ("Bytes still allocated when tracing stopped, of those "

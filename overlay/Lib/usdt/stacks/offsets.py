@@ -1,4 +1,4 @@
-"""What pystack reads of an interpreter before tracing it: the layouts of
+"""What usdt.stacks reads of an interpreter before tracing it: the layouts of
 _Py_DebugOffsets per series (DEBUG_OFFSETS), the binary's ELF file (Elf),
 its offsets and addresses (Interpreter), and the object headers of the
 default and free-threaded builds (ObjectHeader)."""

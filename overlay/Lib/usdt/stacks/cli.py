@@ -1,4 +1,4 @@
-"""pystack's command line: run() parses the options, writes the program,
+"""the stack tool's command line: run() parses the options, writes the program,
 runs it and prints the counts; main() also says what bpftrace warnings it
 left out."""
 
@@ -13,11 +13,11 @@ from .output import (write_counts, write_folded, write_folded_objects,
                      write_json, write_notes)
 
 # The command's name in its messages.
-PROG = "pystack"
+PROG = "usdt.stacks"
 
 
 def main(argv=None):
-    """pystack's exit status for the options argv (default: sys.argv),
+    """the stack tool's exit status for the options argv (default: sys.argv),
     with a line on stderr for the known harmless bpftrace warnings it
     left out, if any."""
     try:
@@ -27,7 +27,7 @@ def main(argv=None):
 
 
 def run(argv=None):
-    """main() without its note: python -m usdt.tools, which runs pystack
+    """main() without its note: python -m usdt.tools, which runs usdt.stacks
     in its own process, says that itself, of all it ran."""
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -39,7 +39,7 @@ def run(argv=None):
         "frames and 15 us at 100 of a synthetic workload, with or without "
         "--native; 33 to 46 us on a real application (docutils and "
         "pygments: its frames cost about 1 us each, and the first record "
-        "about 10 us, which wakes bpftrace's reader); pystack's own CPU "
+        "about 10 us, which wakes bpftrace's reader); the stack tool's own CPU "
         "about 0.2 to 0.4 ms per sample.")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "

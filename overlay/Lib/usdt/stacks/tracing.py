@@ -135,7 +135,7 @@ def refusal_advice(interp, args, probes, runner):
     them; with range loops (bpf_loop(), whose body the verifier walks
     once whatever the bound), lower depths change nothing."""
     report = ("the program and the verifier's figures are printed by "
-              "python -m usdt.pystack with the same options and "
+              "python -m usdt.stacks with the same options and "
               "--print-program, or --verifier-stats")
     if runner.range_loops:
         return ("lower --max-depth or --max-native would not help: this "
@@ -176,11 +176,11 @@ def run_bpftrace(text, args, runner, interp, probes=()):
     else:
         # Not in the temporary directory: kept should the counting fail,
         # for --read (main() removes it once the counts are printed).
-        fd, output = tempfile.mkstemp(prefix="pystack-records-",
+        fd, output = tempfile.mkstemp(prefix="usdt-stacks-records-",
                                       suffix=".txt")
         os.close(fd)
-    with tempfile.TemporaryDirectory(prefix="pystack") as tmp:
-        script = os.path.join(tmp, "pystack.bt")
+    with tempfile.TemporaryDirectory(prefix="usdt-stacks") as tmp:
+        script = os.path.join(tmp, "stacks.bt")
         with open(script, "w") as f:
             f.write(text)
         # The records on bpftrace's stdout, a line per write(): with -o,
@@ -267,10 +267,10 @@ HOLD_MAX_S = 2.0
 
 class ExitHold:
     """Holds a -c command once it has run its main module, while
-    pystack reads the code objects of its last records.
+    usdt.stacks reads the code objects of its last records.
 
     Why: a -c command may end a few milliseconds after its last hit,
-    before pystack has even seen that hit's records, and the
+    before usdt.stacks has even seen that hit's records, and the
     interpreter frees every code object as it finalizes.  The program
     sends the command SIGSTOP when run_eval_code_obj() returns
     (HOLD_CLAUSE), before run_mod() releases the main module's code and

@@ -162,7 +162,7 @@ LIBC_FIND = TEMPLATES["LIBC_FIND"]
 # (LIBC_STEP's window): the stack from
 # rsp, eight words a record, up to the frame pointer where the walk goes
 # on and its return address, at most WINDOW_BATCHES * 64 bytes, which
-# pystack unwinds with libc's CFI (native.unwind_window()): the
+# usdt.stacks unwinds with libc's CFI (native.unwind_window()): the
 # allocator's and the string functions' frames take one or two records,
 # pthread_create()'s nine.  Twelve (768 bytes), chosen when sixteen made
 # 0.27 refuse the program for profile (E2BIG; since then the record's
@@ -190,7 +190,7 @@ class Libc:
                                             note["offset"] + 16)
         frames = _cfi.EhFrame(elf)
         # Its code (the executable segment), where a sample's window is
-        # taken, and its CFI, with which pystack unwinds the window.
+        # taken, and its CFI, with which usdt.stacks unwinds the window.
         texts = [(vaddr, vaddr + memsz)
                  for ptype, flags, _, vaddr, _, _, memsz, _ in elf.segments
                  if ptype == PT_LOAD and flags & PF_X]

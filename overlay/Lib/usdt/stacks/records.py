@@ -55,7 +55,7 @@ class Event:
 
 # ------------------------------------------------------------ code objects
 
-# A frame whose code object pystack could not read: freed before it
+# A frame whose code object usdt.stacks could not read: freed before it
 # read it (a module's body once imported, the code of an exec() string, or
 # everything of a process that ended), or the address holds another code
 # object by then, which must not lend it its name.
@@ -295,7 +295,7 @@ class CodeReader:
                           addr2line(table, firstlineno, offset))
         # A code object's line at an offset never changes: decoded once
         # (a sample's frames are mostly the last sample's; decoding each
-        # one from the table's start was most of pystack's CPU time).
+        # one from the table's start was most of the stack tool's CPU time).
         self.frames[full] = frame
         return frame
 
@@ -350,7 +350,7 @@ def python_frames(event, codes, notes):
             frame = codes.frame(pid, code, offset)
         if frame is None:
             frame = Frame(CODE_GONE, "", None)
-            notes["frames whose code object was gone before pystack "
+            notes["frames whose code object was gone before usdt.stacks "
                   "read it (the process ended, or the address holds "
                   "another code object by then), named %s" % CODE_GONE] += 1
         if frame is not INCOMPLETE:

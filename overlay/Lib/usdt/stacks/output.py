@@ -1,4 +1,4 @@
-"""From records to counts per stack (parse()) and to what pystack prints:
+"""From records to counts per stack (parse()) and to what usdt.stacks prints:
 counts, folded stacks, JSON (the write_*() functions)."""
 
 import collections
