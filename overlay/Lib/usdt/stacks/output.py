@@ -8,8 +8,8 @@ import re
 
 from .. import _bpftrace
 from .offsets import RECORD
-from .records import (Event, Frame, NOT_PYTHON, NO_TSTATE, frame_keys,
-                      python_frames)
+from .records import (Event, Frame, Kind, NOT_PYTHON, NO_TSTATE,
+                      frame_keys, python_frames)
 from .native import NativeFrame, merge, native_frames
 
 
@@ -45,7 +45,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
     # What a saved run read of its code objects (C records, after the
     # others), before the frames that name them.
     for line in lines:
-        if line.startswith(RECORD + " C "):
+        if line.startswith("%s %s " % (RECORD, Kind.CODE)):
             codes.load(line.rstrip("\n").split(" ", 5))
 
     def count(stack, weight, fields):
@@ -62,10 +62,80 @@ def parse(lines, codes, symbolizer=None, max_native=None,
 
     if symbolizer is not None:
         for line in lines:
-            if line.startswith(RECORD + " M "):
+            if line.startswith("%s %s " % (RECORD, Kind.MAPPING)):
                 fields = line.rstrip("\n").split(" ", 7)
                 symbolizer.linked(int(fields[4]), int(fields[5], 16),
                                   int(fields[6], 16), fields[7])
+
+    # One function per kind of a hit's records: (event, fields, line).
+    def frames_record(event, fields, line):
+        for depth, pid, code, offset, entry in frame_keys(line.split()):
+            event.frames[depth] = (pid, code, offset)
+            if entry:
+                event.entries.add(depth)
+
+    def depth_record(event, fields, line):
+        # The F records' frames, up to the first max (they come in
+        # fours).
+        kept = int(fields[4])
+        event.depth = min(len(event.frames), kept)
+        event.more = int(fields[5]) or len(event.frames) > kept
+        event.top = int(fields[6])
+
+    def words_record(into):
+        # Eight words of a list: native addresses, the stack's words from
+        # rsp, or the walk's frame pointers.
+        def record(event, fields, line):
+            batch = int(fields[4])
+            target = getattr(event, into)
+            for k, word in enumerate(line.split()[5:13]):
+                target[8 * batch + k] = int(word, 16)
+        return record
+
+    def unwound_record(event, fields, line):
+        event.unwound = int(fields[4], 16)
+
+    def window_regs_record(event, fields, line):
+        event.window_regs = tuple(int(word, 16)
+                                  for word in line.split()[4:9])
+
+    def native_record(event, fields, line):
+        event.pid, event.bias = int(fields[4]), int(fields[5])
+        event.native_more = fields[6] == "1"
+        event.native_regs = fields[7].strip() == "1"
+        event.native = True
+
+    def end_record(event, fields, line):
+        del events[(fields[2], fields[3])]
+        status = int(fields[4])
+        # Records of a program without a weight count 1.
+        weight = int(fields[5]) if len(fields) > 5 else 1
+        if status != 0 or event.depth is None:
+            reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
+            frames = [Frame(reason, "", None)]
+            segments = []
+        else:
+            frames, segments = python_frames(event, codes, notes)
+        if event.native is not None:
+            frames = merge(native_frames(event, symbolizer, notes,
+                                         max_native, libc),
+                           segments, event.more, notes) + (
+                frames if not segments else [])
+        count(tuple(frames), weight, fields)
+
+    of_hits = {
+        Kind.FRAMES: frames_record,
+        Kind.DEPTH: depth_record,
+        Kind.ADDRESSES: words_record("addresses"),
+        Kind.WINDOW: words_record("window"),
+        Kind.POINTERS: words_record("pointers"),
+        Kind.UNWOUND: unwound_record,
+        Kind.WINDOW_REGS: window_regs_record,
+        Kind.NATIVE: native_record,
+        Kind.END: end_record,
+    }
+    # Read before (CODE, MAPPING) or not about a hit.
+    elsewhere = {Kind.BEGIN, Kind.CODE, Kind.MAIN_DONE, Kind.MAPPING}
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -76,62 +146,20 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
-        if kind in ("B", "C", "Y", "M"):
-            continue
-        if kind == "R":
+        if kind == Kind.RELEASE:
             timeline.append((int(fields[3]), 1, int(fields[4])))
+            continue
+        handler = of_hits.get(kind)
+        if handler is None:
+            if kind not in elsewhere:
+                notes["records of an unknown kind %r (another version of "
+                      "the program?)" % kind] += 1
             continue
         event = events.get(key)
         if event is None:
             event = events[key] = Event()
             event.time = int(fields[3])
-        if kind == "F":
-            for depth, pid, code, offset, entry in frame_keys(line.split()):
-                event.frames[depth] = (pid, code, offset)
-                if entry:
-                    event.entries.add(depth)
-        elif kind == "D":
-            # The F records' frames, up to the first max (they come in
-            # fours).
-            kept = int(fields[4])
-            event.depth = min(len(event.frames), kept)
-            event.more = int(fields[5]) or len(event.frames) > kept
-            event.top = int(fields[6])
-        elif kind in ("A", "X", "P"):
-            # Eight words of a list: native addresses, the stack's words
-            # from rsp, or the walk's frame pointers.
-            into = {"A": event.addresses, "X": event.window,
-                    "P": event.pointers}[kind]
-            batch = int(fields[4])
-            for k, word in enumerate(line.split()[5:13]):
-                into[8 * batch + k] = int(word, 16)
-        elif kind == "U":
-            event.unwound = int(fields[4], 16)
-        elif kind == "W":
-            event.window_regs = tuple(int(word, 16)
-                                      for word in line.split()[4:9])
-        elif kind == "N":
-            event.pid, event.bias = int(fields[4]), int(fields[5])
-            event.native_more = fields[6] == "1"
-            event.native_regs = fields[7].strip() == "1"
-            event.native = True
-        elif kind == "Z":
-            del events[key]
-            status = int(fields[4])
-            # Records of a program without a weight count 1.
-            weight = int(fields[5]) if len(fields) > 5 else 1
-            if status != 0 or event.depth is None:
-                reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                frames = [Frame(reason, "", None)]
-                segments = []
-            else:
-                frames, segments = python_frames(event, codes, notes)
-            if event.native is not None:
-                frames = merge(native_frames(event, symbolizer, notes,
-                                             max_native, libc),
-                               segments, event.more, notes) + (
-                    frames if not segments else [])
-            count(tuple(frames), weight, fields)
+        handler(event, fields, line)
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
     if live:

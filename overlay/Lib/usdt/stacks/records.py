@@ -15,6 +15,26 @@ from .offsets import DEFAULT_STRLEN, RECORD
 
 # ------------------------------------------------------------- output
 
+class Kind:
+    """The kinds of the program's records: the letter after RECORD that
+    starts each (program.bt's header says what each one holds)."""
+
+    BEGIN = "B"         # the probes are attached
+    CODE = "C"          # a code object read while tracing (saved runs)
+    FRAMES = "F"        # eight Python frames of a hit
+    DEPTH = "D"         # how many of them, and whether more were left
+    ADDRESSES = "A"     # eight native return addresses (--native)
+    UNWOUND = "U"       # the return address of a hit in libc
+    WINDOW = "X"        # eight words of the stack from rsp, in libc
+    WINDOW_REGS = "W"   # libc's load bias and the registers there
+    POINTERS = "P"      # eight frame pointers of the walk
+    NATIVE = "N"        # a hit's pid, load bias and native flags
+    MAPPING = "M"       # a library that the process mapped
+    END = "Z"           # the hit's last record: status and weight
+    RELEASE = "R"       # a release of live's key
+    MAIN_DONE = "Y"     # the -c command ran its main module
+
+
 Frame = collections.namedtuple("Frame", "name filename line")
 
 # Pseudo-frames for the hits without a Python stack.

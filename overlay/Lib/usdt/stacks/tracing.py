@@ -17,7 +17,7 @@ from .. import _bpftrace
 from .._bpftrace import Error
 from .offsets import DEFAULT_STRLEN, RECORD
 from .program import hold, program, program_maps
-from .records import CodeReader, frame_keys
+from .records import CodeReader, Kind, frame_keys
 from .native import Symbolizer
 
 
@@ -67,6 +67,11 @@ def stdout_exit_newlines(text, runner):
             runner.version[:2] >= (0, 24)):
         maps = 0
     return STDOUT_EXIT_NEWLINES + maps
+
+# The start of the records that split_records() and follow() look for.
+BEGIN_RECORD, FRAMES_RECORD, MAIN_DONE_RECORD = (
+    ("%s %s " % (RECORD, kind)).encode()
+    for kind in (Kind.BEGIN, Kind.FRAMES, Kind.MAIN_DONE))
 
 # A record, or bpftrace's note of records it lost, in its stdout.
 RECORD_LINE = re.compile(rb"(?:PYSTACK [A-Z] |Lost \d+ events)[^\n]*\n")
@@ -118,7 +123,7 @@ def split_records(pipe, command_fd, path, records, attached=None):
                 for line in found:
                     records.put(line)
                     if attached is not None and line.startswith(
-                            b"PYSTACK B "):
+                            BEGIN_RECORD):
                         attached.set()
             text = b"".join(rest)
             if text:
@@ -370,11 +375,11 @@ def follow(bpftrace, records, codes, interpreter, hold_command):
                 ended = True
                 break
             got = True
-            if line.startswith(b"PYSTACK F "):
+            if line.startswith(FRAMES_RECORD):
                 for _, pid, key, _, _ in frame_keys(line.decode().split()):
                     if not codes.resolve(pid, key):
                         pending.add((pid, key))
-            elif line.startswith(b"PYSTACK Y "):
+            elif line.startswith(MAIN_DONE_RECORD):
                 stopped.add(int(line.split()[4]))
         return got
 
