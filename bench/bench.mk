@@ -148,10 +148,12 @@ bench-soak: build
 	$(SYSTEM_PYTHON) bench/soak_profile.py $(S)/obj/python
 
 # What each tool of python -m usdt.tools costs the process it traces
-# (docs/tools-cost.md; the JSON is installed for the tools' --help).
+# (docs/tools-cost.md, of bench/recorded/tools-cost.json; the slowdowns, in
+# overlay/Lib/usdt/_tool_costs.py, are what the tools' --help shows).
 bench-tools: build
 	$(SYSTEM_PYTHON) bench/tools.py $(S)/obj/python \
-		--out-json overlay/Lib/usdt/tools-cost.json --out-md docs/tools-cost.md
+		--out-json bench/recorded/tools-cost.json --out-md docs/tools-cost.md \
+		--out-py overlay/Lib/usdt/_tool_costs.py
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)

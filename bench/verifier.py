@@ -201,7 +201,7 @@ def render(out_md, result=None):
     if result is None:
         with open(os.path.join(TOP, "docs", "verifier.json")) as f:
             result = json.load(f)
-    with open(os.path.join(USDT, "tools-cost.json")) as f:
+    with open(os.path.join(HERE, "recorded", "tools-cost.json")) as f:
         costs = json.load(f)
     with open(out_md, "w") as f:
         f.write(tools.markdown(costs) + markdown(result))

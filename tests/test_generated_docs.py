@@ -110,6 +110,35 @@ class PerformanceReport(unittest.TestCase):
                           report)
 
 
+class ToolCosts(unittest.TestCase):
+    """The measured costs of the tools (bench/tools.py): the raw measures
+    in bench/recorded/tools-cost.json, outside the standard library; the
+    report docs/tools-cost.md and the toolkit's usdt._tool_costs (what
+    --help shows) are rendered from them."""
+
+    def setUp(self):
+        import sys
+        sys.path.insert(0, os.path.join(TOP, "bench"))
+        self.addCleanup(sys.path.remove, os.path.join(TOP, "bench"))
+        self.tools = load("bench_tools", os.path.join(TOP, "bench",
+                                                      "tools.py"))
+        with open(os.path.join(TOP, "bench", "recorded",
+                               "tools-cost.json")) as f:
+            self.result = json.load(f)
+
+    def test_module_is_rendered_from_the_results(self):
+        with open(os.path.join(TOP, "overlay", "Lib", "usdt",
+                               "_tool_costs.py")) as f:
+            self.assertEqual(f.read(), self.tools.module(self.result),
+                             "bench/tools.py --render-only "
+                             "bench/recorded/tools-cost.json renders it")
+
+    def test_report_is_rendered_from_the_results(self):
+        with open(os.path.join(TOP, "docs", "tools-cost.md")) as f:
+            self.assertTrue(f.read().startswith(
+                self.tools.markdown(self.result)))
+
+
 def usdt_module_results(extra):
     """Results as bench/usdt_module.py --out-json writes them, made in a
     checkout at ELSEWHERE: each statement's samples are `pass`'s, plus
