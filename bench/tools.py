@@ -142,7 +142,7 @@ def module(result):
 def write_reports(result, out_md, out_py):
     """The report, with bench/verifier.py's section kept, and the module."""
     text = markdown(result)
-    figures = os.path.join(os.path.dirname(HERE), "docs", "verifier.json")
+    figures = os.path.join(HERE, "recorded", "verifier.json")
     if os.path.exists(figures):
         import verifier
         with open(figures) as f:
