@@ -116,7 +116,7 @@ bench-watcher: build
 # over arm/disarm cycles in one process (docs/stacks.md).
 bench-stacks: build
 	$(SYSTEM_PYTHON) bench/stacks.py $(S)/obj/python \
-		--out-md docs/stacks.md --out-json docs/stacks.json
+		--out-md docs/stacks.md --out-json bench/recorded/stacks.json
 
 # What pystack --native costs: BPF time per sample, and the traced
 # process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
