@@ -61,7 +61,7 @@ bench-framepointers-release: release $(S)/release-pristine-fp/python \
 		--python B=$(S)/release-pristine-fp/python \
 		--python C=$(S)/release/python \
 		--python U=$(S)/release-pristine-nofp/python \
-		--out-json docs/framepointers-release.json \
+		--out-json bench/recorded/framepointers-release.json \
 		--out-md docs/framepointers-release.md
 
 # Wall time only, each side trained twice: the four pairs across the sides
@@ -93,7 +93,7 @@ bench-release: release $(S)/release-pristine-fp/python $(S)/release-pristine-fp2
 		--python P1=$(S)/release-pristine-fp/python \
 		--python P2=$(S)/release-pristine-fp2/python \
 		--python R=$(S)/release/python \
-		--out-json docs/performance-release.json \
+		--out-json bench/recorded/performance-release.json \
 		--out-md docs/performance-release.md
 
 BENCH_BUILDS = $(S)/bench-nodtrace/python $(S)/pristine-obj/python \
@@ -105,7 +105,7 @@ BENCH_PYTHONS = --python A=$(S)/bench-nodtrace/python \
 bench: build $(BENCH_BUILDS)
 	tools/deps bench
 	$(SYSTEM_PYTHON) bench/run.py $(BENCH_PYTHONS) \
-		--out-json docs/performance.json --out-md docs/performance.md \
+		--out-json bench/recorded/performance.json --out-md docs/performance.md \
 		--out-png docs/performance.png
 
 # The probe watcher's idle wakeups and attach latency (docs/watcher.md).
