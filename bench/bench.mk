@@ -124,22 +124,22 @@ bench-stacks: build
 # (docutils and pygments, bench/real_app_cost.py) (docs/whole-stacks.md).
 bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python \
-		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
+		--seconds 8 --cycles 3 --out-json bench/recorded/whole-stacks.json
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python --depth 30 \
 		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth30.json
+		--out-json bench/recorded/whole-stacks-depth30.json
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python --depth 100 \
 		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth100.json
+		--out-json bench/recorded/whole-stacks-depth100.json
 	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
-		--seconds 8 --cycles 3 --out-json docs/whole-stacks-real-app.json
+		--seconds 8 --cycles 3 --out-json bench/recorded/whole-stacks-real-app.json
 
 # Where profile's BPF time per sample goes: pystack's program cut down
 # part by part, on the real application and a one-frame loop
 # (bench/profile_parts.py, docs/whole-stacks.md).
 bench-profile-parts: build
 	$(SYSTEM_PYTHON) bench/profile_parts.py $(S)/obj/python \
-		--seconds 10 --out-json docs/profile-parts.json
+		--seconds 10 --out-json bench/recorded/profile-parts.json
 
 # 100 sessions of pystack --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
