@@ -112,6 +112,21 @@ class PerformanceReport(unittest.TestCase):
                           report)
 
 
+class RawResultsOutOfDocs(unittest.TestCase):
+    """The benchmarks' raw JSON lives in bench/recorded/, not docs/ (which
+    holds what people read): no JSON file in docs/ of more than 2,000
+    lines."""
+
+    def test_no_long_json_in_docs(self):
+        docs = os.path.join(TOP, "docs")
+        for name in sorted(os.listdir(docs)):
+            if name.endswith(".json"):
+                with open(os.path.join(docs, name)) as f:
+                    lines = sum(1 for _ in f)
+                self.assertLessEqual(lines, 2000, "docs/%s: move it to "
+                                     "bench/recorded/" % name)
+
+
 class ToolCosts(unittest.TestCase):
     """The measured costs of the tools (bench/tools.py): the raw measures
     in bench/recorded/tools-cost.json, outside the standard library; the
