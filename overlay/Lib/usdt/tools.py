@@ -57,7 +57,9 @@ class Tool:
         self.keys = keys
         # Its markers (function, line, C function, exception) fire in a
         # running process only once the interpreter's watcher thread has
-        # seen them armed: within a second.
+        # seen them armed: within a second.  True for the tools whose
+        # script uses a probe of the registry's watched column
+        # (series/SERIES/probes.tsv; test_registry checks both agree).
         self.watched = watched
 
 
