@@ -125,15 +125,13 @@ release: deps $(S)/release/usdt-configure-flags
 $(S)/release/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	OPTIMIZE=release PREFIX=$(PREFIX) tools/configure $(S)/release $(CURDIR)/$(S)/src
 
-# The README's test command, tools/check-all: build facts, our tests,
-# test_dtrace and a bpftrace smoke test (tools/check), then the regrtest
-# subset, armed and unarmed (tools/regrtest), then the .deb of build/3.13/obj
-# installed and removed (tools/deb, tools/check-deb), then installs into
-# temporary prefixes, static and shared (tools/check-install, make
-# check-shared; they leave build/3.13/obj and build/3.13/obj-shared configured for
-# them: the next `make` reconfigures).  It stops at the first tier that
-# fails, prints what each tier ran, failed and skipped, and fails if the
-# run left probe directories or perf maps in /tmp.  With CI set, or
+# The README's test command, tools/check-all: the tiers of the table
+# tools/tiers, in order (the install tiers leave build/3.13/obj and
+# build/3.13/obj-shared configured for their prefixes: the next `make`
+# reconfigures).  It stops after the first tier that fails (tiers 1-3,
+# one command, run to their end), prints what each tier ran, failed and
+# skipped, and fails if the run left probe directories or perf maps in
+# /tmp.  With CI set, or
 # REQUIRE_TRACER=1, a test that cannot trace fails instead of skipping.
 REQUIRE_TRACER ?=
 export REQUIRE_TRACER

@@ -61,7 +61,7 @@ bench-framepointers-release: release $(S)/release-pristine-fp/python \
 		--python B=$(S)/release-pristine-fp/python \
 		--python C=$(S)/release/python \
 		--python U=$(S)/release-pristine-nofp/python \
-		--out-json docs/framepointers-release.json \
+		--out-json bench/recorded/framepointers-release.json \
 		--out-md docs/framepointers-release.md
 
 # Wall time only, each side trained twice: the four pairs across the sides
@@ -93,7 +93,7 @@ bench-release: release $(S)/release-pristine-fp/python $(S)/release-pristine-fp2
 		--python P1=$(S)/release-pristine-fp/python \
 		--python P2=$(S)/release-pristine-fp2/python \
 		--python R=$(S)/release/python \
-		--out-json docs/performance-release.json \
+		--out-json bench/recorded/performance-release.json \
 		--out-md docs/performance-release.md
 
 BENCH_BUILDS = $(S)/bench-nodtrace/python $(S)/pristine-obj/python \
@@ -105,7 +105,7 @@ BENCH_PYTHONS = --python A=$(S)/bench-nodtrace/python \
 bench: build $(BENCH_BUILDS)
 	tools/deps bench
 	$(SYSTEM_PYTHON) bench/run.py $(BENCH_PYTHONS) \
-		--out-json docs/performance.json --out-md docs/performance.md \
+		--out-json bench/recorded/performance.json --out-md docs/performance.md \
 		--out-png docs/performance.png
 
 # The probe watcher's idle wakeups and attach latency (docs/watcher.md).
@@ -116,7 +116,7 @@ bench-watcher: build
 # over arm/disarm cycles in one process (docs/stacks.md).
 bench-stacks: build
 	$(SYSTEM_PYTHON) bench/stacks.py $(S)/obj/python \
-		--out-md docs/stacks.md --out-json docs/stacks.json
+		--out-md docs/stacks.md --out-json bench/recorded/stacks.json
 
 # What usdt.stacks --native costs: BPF time per sample, and the traced
 # process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
@@ -124,22 +124,22 @@ bench-stacks: build
 # (docutils and pygments, bench/real_app_cost.py) (docs/whole-stacks.md).
 bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python \
-		--seconds 8 --cycles 3 --out-json docs/whole-stacks.json
+		--seconds 8 --cycles 3 --out-json bench/recorded/whole-stacks.json
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python --depth 30 \
 		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth30.json
+		--out-json bench/recorded/whole-stacks-depth30.json
 	$(SYSTEM_PYTHON) bench/whole_stacks.py $(S)/obj/python --depth 100 \
 		--rates 99 --seconds 8 --cycles 2 \
-		--out-json docs/whole-stacks-depth100.json
+		--out-json bench/recorded/whole-stacks-depth100.json
 	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
-		--seconds 8 --cycles 3 --out-json docs/whole-stacks-real-app.json
+		--seconds 8 --cycles 3 --out-json bench/recorded/whole-stacks-real-app.json
 
 # Where profile's BPF time per sample goes: the stack tool's program cut down
 # part by part, on the real application and a one-frame loop
 # (bench/profile_parts.py, docs/whole-stacks.md).
 bench-profile-parts: build
 	$(SYSTEM_PYTHON) bench/profile_parts.py $(S)/obj/python \
-		--seconds 10 --out-json docs/profile-parts.json
+		--seconds 10 --out-json bench/recorded/profile-parts.json
 
 # 100 sessions of usdt.stacks --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
@@ -148,10 +148,12 @@ bench-soak: build
 	$(SYSTEM_PYTHON) bench/soak_profile.py $(S)/obj/python
 
 # What each tool of python -m usdt.tools costs the process it traces
-# (docs/tools-cost.md; the JSON is installed for the tools' --help).
+# (docs/tools-cost.md, of bench/recorded/tools-cost.json; the slowdowns, in
+# overlay/Lib/usdt/_tool_costs.py, are what the tools' --help shows).
 bench-tools: build
 	$(SYSTEM_PYTHON) bench/tools.py $(S)/obj/python \
-		--out-json overlay/Lib/usdt/tools-cost.json --out-md docs/tools-cost.md
+		--out-json bench/recorded/tools-cost.json --out-md docs/tools-cost.md \
+		--out-py overlay/Lib/usdt/_tool_costs.py
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)

@@ -12,13 +12,15 @@ from common import HERE, MIN_HITS, ROLES, T_START, log, present_roles
 import usdt_module
 
 ANALYSIS = os.path.join(HERE, "analysis.md")
-# bench/usdt_module.py's results, next to the results JSON (docs/): the report's
+# bench/usdt_module.py's results, next to the results JSON (bench/recorded/): the report's
 # section "The usdt module (unarmed)".
 USDT_MODULE_JSON = "usdt-module-bench.json"
 # The main report's results (make bench), next to which the others lie.
 MAIN_RESULTS_JSON = "performance.json"
 # bench/release.py's results, written by `make bench-release`.
 RELEASE_JSON = "performance-release.json"
+# Its report, next to the main report (docs/).
+RELEASE_MD = "performance-release.md"
 
 
 def pct(r, digits=2):
@@ -294,8 +296,9 @@ def render_usdt_module(bench, json_rel):
                  "From the repository root, on an idle machine:\n")
         L.append("```sh")
         L.append("/usr/bin/python3.11 bench/usdt_module.py build/obj/python "
-                 f"--out-json docs/{USDT_MODULE_JSON}")
-        L.append("/usr/bin/python3.11 bench/run.py --render-only docs/performance.json "
+                 f"--out-json bench/recorded/{USDT_MODULE_JSON}")
+        L.append("/usr/bin/python3.11 bench/run.py --render-only "
+                 "bench/recorded/performance.json "
                  "--out-md docs/performance.md --out-png docs/performance.png")
         L.append("```\n")
         return L
@@ -322,8 +325,9 @@ def render_usdt_module(bench, json_rel):
 def render_release(results, json_rel):
     """Markdown lines of the section "Release build": the verdicts of
     bench/release.py's results (at json_rel, relative to the report), whose own
-    report is the .md next to them; or how to measure them when results is None."""
-    md_rel = json_rel[:-len(".json")] + ".md"
+    report, RELEASE_MD, is next to this one; or how to measure them when results
+    is None."""
+    md_rel = RELEASE_MD
     L = ["## Release build (PGO + LTO)\n"]
     peer = ("pristine " + version_of(results, "P1") if results is not None
             else "pristine CPython")

@@ -693,7 +693,8 @@ def main():
                    help="a sentence about the machine, for the report")
     p.add_argument("--out-md", default=os.path.join(TOP, "docs",
                                                     "stacks.md"))
-    p.add_argument("--out-json", default=os.path.join(TOP, "docs",
+    p.add_argument("--out-json", default=os.path.join(TOP, "bench",
+                                                      "recorded",
                                                       "stacks.json"))
     opts = p.parse_args()
     python = os.path.abspath(opts.python)

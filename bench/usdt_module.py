@@ -18,8 +18,8 @@ verdicts are computed from the medians.
 
 --out-json FILE writes the raw samples, the machine and the targets;
 bench/render.py renders docs/performance.md's section "The usdt module
-(unarmed)" from docs/usdt-module-bench.json, the file next to
-docs/performance.json (bench/README.md, "Standalone benchmarks").
+(unarmed)" from bench/recorded/usdt-module-bench.json, the file next
+to bench/recorded/performance.json (bench/README.md, "Standalone benchmarks").
 
 usage: python3 bench/usdt_module.py PYTHON [--repeat N] [--number N]
                                            [--out-md FILE] [--out-json FILE]

@@ -304,7 +304,7 @@ def perf_map_entries(pid):
 
 REGISTRY_COLUMNS = ("provider", "name", "kind", "arguments", "upstream",
                     "fired_in", "patch", "bpftrace", "dtrace", "systemtap",
-                    "tool", "tests")
+                    "tool", "tests", "watched")
 
 
 def registry_path():
@@ -330,7 +330,7 @@ def registry():
                            "tool", "tests"):
                 row[column] = [] if row[column] == "-" else \
                     row[column].split(",")
-            for column in ("upstream", "patch"):
+            for column in ("upstream", "patch", "watched"):
                 if row[column] == "-":
                     row[column] = None
             rows.append(row)

@@ -677,7 +677,7 @@ class CheckAllTest(unittest.TestCase):
         top = os.path.join(self.tmp, "repo")
         tools = os.path.join(top, "tools")
         os.makedirs(tools)
-        for name in ("lib.sh", "check-all"):
+        for name in ("lib.sh", "check-all", "tiers"):
             shutil.copy2(os.path.join(TOP, "tools", name), tools)
         # lib.sh's default series, for a run without make's SERIES.
         os.mkdir(os.path.join(top, "series"))
@@ -852,6 +852,78 @@ class CheckAllTest(unittest.TestCase):
                               "(a killed test's, say), removed:"
                               % self.systmp, lines)
                 self.assertIn("  " + leak, lines)
+
+
+def read_tiers():
+    """tools/tiers, the table of make check's tiers: a dict per tier line
+    (number, name, budget, counter, command), and the total budget."""
+    tiers, total = [], None
+    with open(os.path.join(TOP, "tools", "tiers")) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            number, name, budget, counter, command = line.split("\t")
+            if number == "total":
+                total = int(budget)
+                continue
+            tiers.append(dict(number=int(number), name=name,
+                              budget=int(budget), counter=counter,
+                              command=command))
+    return tiers, total
+
+
+def spans(numbers):
+    """[6, 7, 8, 9, 12] as the README says it: "6-9" and "12"."""
+    out = []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ["%d" % a if a == b else "%d-%d" % (a, b) for a, b in out]
+
+
+class TiersTableTest(unittest.TestCase):
+    """tools/tiers is the one list of make check's tiers: tools/check-all
+    can run it, and the README's description of the tiers agrees with it."""
+
+    def setUp(self):
+        self.tiers, self.total = read_tiers()
+
+    def test_table(self):
+        self.assertEqual([t["number"] for t in self.tiers],
+                         list(range(1, len(self.tiers) + 1)))
+        self.assertIsNotNone(self.total)
+        self.assertNotEqual(self.tiers[0]["command"], "-")
+        with open(os.path.join(TOP, "tools", "check-all")) as f:
+            check_all = f.read()
+        for tier in self.tiers:
+            with self.subTest(tier=tier["number"]):
+                self.assertIn("\n%s() {\n" % tier["counter"], check_all)
+                self.assertGreater(tier["budget"], 0)
+
+    def test_readme(self):
+        # The README's "What make check runs" numbers the tiers (1), (2),
+        # ..., says which are counted in steps and pages, and the whole
+        # run's budget.
+        with open(os.path.join(TOP, "README.md")) as f:
+            readme = f.read()
+        section = readme.partition("## What `make check` runs\n")[2]
+        section = " ".join(section.partition("\n## ")[0].split())
+        self.assertIn("`tools/tiers`", section)
+        numbers = [int(n) for n in re.findall(r"(?:^|[ ;:])\((\d+)\) ",
+                                              section)]
+        self.assertEqual(numbers, [t["number"] for t in self.tiers])
+        units = "; ".join(
+            "for %s %s, the %s" % ("tiers" if "-" in span else "tier",
+                                   span, unit)
+            for counter, unit in (("count_steps", "logged steps"),
+                                  ("count_docs", "pages"))
+            for span in spans([t["number"] for t in self.tiers
+                               if t["counter"] == counter]))
+        self.assertIn("(%s)" % units, section)
+        self.assertIn("budget of %d minutes" % self.total, section)
 
 
 BAD_PATCH = """\

@@ -1,16 +1,16 @@
 """Generated documents show paths relative to the repository.
 
-docs/performance.md is rendered by bench/run.py from docs/performance.json,
-which records the absolute paths of the machine that ran the benchmark
-(its checkout, its interpreters).  The report must not show them: a reader
+docs/performance.md is rendered by bench/run.py from
+bench/recorded/performance.json, which records the absolute paths of the
+machine that ran the benchmark (its checkout, its interpreters).  The report must not show them: a reader
 has the repository somewhere else.
 
 bench/release.py renders its report the same way, from results made up
 here, and judges them by the criterion its report states.
 
 The report's section "The usdt module (unarmed)" comes from
-bench/usdt_module.py's results, docs/usdt-module-bench.json when it exists:
-its verdicts follow the targets recorded there.
+bench/usdt_module.py's results, bench/recorded/usdt-module-bench.json
+when it exists: its verdicts follow the targets recorded there.
 """
 
 import argparse
@@ -27,9 +27,10 @@ from support import TOP
 
 BENCH_RUN = os.path.join(TOP, "bench", "run.py")
 BENCH_RELEASE = os.path.join(TOP, "bench", "release.py")
-RESULTS = os.path.join(TOP, "docs", "performance.json")
+RESULTS = os.path.join(TOP, "bench", "recorded", "performance.json")
 REPORT = os.path.join(TOP, "docs", "performance.md")
-USDT_MODULE_RESULTS = os.path.join(TOP, "docs", "usdt-module-bench.json")
+USDT_MODULE_RESULTS = os.path.join(TOP, "bench", "recorded",
+                                   "usdt-module-bench.json")
 # Where the results below pretend to have been made.
 ELSEWHERE = "/srv/some.where/else+deep/cpython-usdt.checkout"
 
@@ -89,25 +90,70 @@ class PerformanceReport(unittest.TestCase):
 
 
     def test_committed_report_is_rendered_from_the_results(self):
-        # bench/run.py --render-only docs/performance.json --out-md
-        # docs/performance.md gives the committed report, with the usdt
-        # module's section (from docs/usdt-module-bench.json, or saying how
-        # to measure it).
+        # bench/run.py --render-only bench/recorded/performance.json
+        # --out-md docs/performance.md gives the committed report, with the
+        # usdt module's section (from bench/recorded/usdt-module-bench.json,
+        # or saying how to measure it).
         run_py = bench_run()
         args = argparse.Namespace(out_json=RESULTS, out_md=REPORT)
         data = json.loads(json.dumps(self.results))
         data["analysis"] = run_py.analyze(data)
-        report = run_py.render_md_for(args)(data, "performance.json",
-                                            "performance.png")
+        report = run_py.render_md_for(args)(
+            data, os.path.relpath(RESULTS, os.path.dirname(REPORT)),
+            "performance.png")
         with open(REPORT) as f:
             self.assertEqual(report, f.read(),
                              "docs/performance.md is not what bench/run.py "
-                             "renders from docs/performance.json: re-render it "
-                             "(bench/README.md, --render-only)")
+                             "renders from bench/recorded/performance.json: "
+                             "re-render it (bench/README.md, --render-only)")
         self.assertIn("\n## The usdt module (unarmed)\n", report)
         if not os.path.exists(USDT_MODULE_RESULTS):
             self.assertIn("Not measured: there is no `usdt-module-bench.json`",
                           report)
+
+
+class RawResultsOutOfDocs(unittest.TestCase):
+    """The benchmarks' raw JSON lives in bench/recorded/, not docs/ (which
+    holds what people read): no JSON file in docs/ of more than 2,000
+    lines."""
+
+    def test_no_long_json_in_docs(self):
+        docs = os.path.join(TOP, "docs")
+        for name in sorted(os.listdir(docs)):
+            if name.endswith(".json"):
+                with open(os.path.join(docs, name)) as f:
+                    lines = sum(1 for _ in f)
+                self.assertLessEqual(lines, 2000, "docs/%s: move it to "
+                                     "bench/recorded/" % name)
+
+
+class ToolCosts(unittest.TestCase):
+    """The measured costs of the tools (bench/tools.py): the raw measures
+    in bench/recorded/tools-cost.json, outside the standard library; the
+    report docs/tools-cost.md and the toolkit's usdt._tool_costs (what
+    --help shows) are rendered from them."""
+
+    def setUp(self):
+        import sys
+        sys.path.insert(0, os.path.join(TOP, "bench"))
+        self.addCleanup(sys.path.remove, os.path.join(TOP, "bench"))
+        self.tools = load("bench_tools", os.path.join(TOP, "bench",
+                                                      "tools.py"))
+        with open(os.path.join(TOP, "bench", "recorded",
+                               "tools-cost.json")) as f:
+            self.result = json.load(f)
+
+    def test_module_is_rendered_from_the_results(self):
+        with open(os.path.join(TOP, "overlay", "Lib", "usdt",
+                               "_tool_costs.py")) as f:
+            self.assertEqual(f.read(), self.tools.module(self.result),
+                             "bench/tools.py --render-only "
+                             "bench/recorded/tools-cost.json renders it")
+
+    def test_report_is_rendered_from_the_results(self):
+        with open(os.path.join(TOP, "docs", "tools-cost.md")) as f:
+            self.assertTrue(f.read().startswith(
+                self.tools.markdown(self.result)))
 
 
 def usdt_module_results(extra):
@@ -179,7 +225,7 @@ class UsdtModuleSection(unittest.TestCase):
         section = self.section(None)
         self.assertIn("Not measured", section)
         self.assertIn("bench/usdt_module.py build/obj/python --out-json "
-                      "docs/usdt-module-bench.json", section)
+                      "bench/recorded/usdt-module-bench.json", section)
 
 
 RELEASE_PATHS = {"P1": "build/release-pristine-fp/python",

@@ -1046,7 +1046,7 @@ class WindowTest(unittest.TestCase):
         self.pc = self.BIAS + malloc
 
     def libc_symbol(self, name):
-        elf = usdt_module("stacks.offsets").Elf(self.LIBC)
+        elf = usdt_module("_elf").ElfFile(self.LIBC)
         return elf.symbols()[name][0]
 
     def event(self, words, bp, start, pointers):

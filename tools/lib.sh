@@ -102,6 +102,15 @@ tracer_required() {
         { [ -n "${REQUIRE_TRACER:-}" ] && [ "$REQUIRE_TRACER" != 0 ]; }
 }
 
+# tier_name N: the name of make check's tier N in tools/tiers, the table
+# of tiers.
+tier_name() {
+    local name
+    name=$(awk -F '\t' -v n="$1" '$1 == n { print $2 }' "$TOP/tools/tiers")
+    [ -n "$name" ] || die "tools/tiers has no tier $1"
+    printf '%s\n' "$name"
+}
+
 # skip_tracer MESSAGE: a check that cannot run because it cannot trace (or
 # lacks root) says "SKIPPED MESSAGE"; where tracer_required, it fails with
 # MESSAGE instead.

@@ -57,7 +57,9 @@ class Tool:
         self.keys = keys
         # Its markers (function, line, C function, exception) fire in a
         # running process only once the interpreter's watcher thread has
-        # seen them armed: within a second.
+        # seen them armed: within a second.  True for the tools whose
+        # script uses a probe of the registry's watched column
+        # (series/SERIES/probes.tsv; test_registry checks both agree).
         self.watched = watched
 
 
@@ -653,20 +655,18 @@ the traced process's CPU time over the same untraced, on bench workload W
 
 
 def measured_costs():
-    """{tool: "CPU ×F on WORKLOAD, ..."} of tools-cost.json, installed
-    next to this module (bench/tools.py measures it): what tracing costs
-    the process, by tool; {} without the file."""
+    """{tool: "CPU ×F on WORKLOAD, ..."} of usdt._tool_costs, which
+    bench/tools.py writes from its measures: what tracing costs the
+    process, by tool; {} without the module."""
     try:
-        with open(os.path.join(HERE, "tools-cost.json")) as f:
-            rows = json.load(f)["rows"]
-    except FileNotFoundError:
+        from usdt._tool_costs import COSTS
+    except ImportError:
         return {}
     costs = collections.defaultdict(list)
-    for row in rows:
-        name, _, option = row["tool"].partition(" ")
+    for tool, workload, slowdown in COSTS:
+        name, _, option = tool.partition(" ")
         costs[name].append("%s×%.2f on %s" % (option + " " if option else "",
-                                               row["slowdown"],
-                                               row["workload"]))
+                                               slowdown, workload))
     return {name: "traced, CPU " + ", ".join(texts)
             for name, texts in costs.items()}
 

@@ -8,8 +8,8 @@ import struct
 
 from .. import _bpftrace, _cfi
 from .._bpftrace import Error
-from .offsets import (COOKIE, Elf, FRAME_OWNED_BY_CSTACK, PF_X, PT_LOAD,
-                      THREAD_SIZE)
+from .._elf import PF_X, PT_LOAD, ElfError, ElfFile
+from .offsets import COOKIE, FRAME_OWNED_BY_CSTACK, THREAD_SIZE
 
 
 def _templates():
@@ -180,20 +180,22 @@ class Libc:
 
     def __init__(self, path):
         self.path = path
-        elf = Elf(path)
-        note = elf.section(".note.gnu.build-id")
-        if note is None:
+        try:
+            elf = ElfFile(path)
+        except ElfError as error:
+            raise Error(str(error)) from None
+        note = elf.build_id()
+        if note is None or len(note.desc) < 8:
             raise Error("%s has no build ID" % path)
-        # Elf64_Nhdr (namesz, descsz, type) and "GNU\0", then the ID.
-        self.build_id_vaddr = note["addr"] + 16
-        self.build_id, = struct.unpack_from("<Q", elf.data,
-                                            note["offset"] + 16)
+        # The program knows libc by the first 8 bytes of its ID.
+        self.build_id_vaddr = note.desc_vaddr
+        self.build_id, = struct.unpack_from("<Q", note.desc)
         frames = _cfi.EhFrame(elf)
         # Its code (the executable segment), where a sample's window is
         # taken, and its CFI, with which usdt.stacks unwinds the window.
-        texts = [(vaddr, vaddr + memsz)
-                 for ptype, flags, _, vaddr, _, _, memsz, _ in elf.segments
-                 if ptype == PT_LOAD and flags & PF_X]
+        texts = [(segment.vaddr, segment.vaddr + segment.memsz)
+                 for segment in elf.segments
+                 if segment.type == PT_LOAD and segment.flags & PF_X]
         if len(texts) != 1:
             raise Error("%s has %d executable segments, not 1"
                         % (path, len(texts)))
