@@ -1,10 +1,10 @@
 """Tier 2: the build driver fails loudly and early on bad input, and its
 unpack/apply/configure steps are reproducible.
 
-These tests run the driver scripts in a scratch copy of the repository
-skeleton (tools/, upstream/, patches/, overlay/) with BUILD pointing into a
-temporary directory; they reuse the verified tarball and pristine tree of
-the real build so that no test downloads anything.
+These tests run the driver scripts in a scratch copy of the repository's
+tools/, series/ and overlay/ with BUILD pointing into a temporary
+directory; they reuse the verified tarball and pristine tree of the real
+build so that no test downloads anything.
 """
 
 import hashlib
