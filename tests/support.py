@@ -6,6 +6,7 @@ import re
 import runpy
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -369,6 +370,46 @@ def stapsdt_notes(binary, arguments=False):
             note_entry += (len(given.group(1).split()) if given else 0,)
         notes.append(note_entry)
     return notes
+
+
+# The instructions at every USDT marker, from the note's address on: a
+# 1-byte nop, then the 10-byte nop that Linux 7.3 optimizes
+# (docs/marker-sites.md).
+MARKER_PAIR = bytes.fromhex("90 66 2e 0f 1f 84 00 00 00 00 00")
+
+
+def marker_sites(binary):
+    """[(provider, name, address, bytes)] of the stapsdt notes of binary:
+    each note's address (readelf -n's Location) and the len(MARKER_PAIR)
+    bytes of the file there, found through its PT_LOAD segments."""
+    proc = run(["readelf", "-n", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
+    with open(binary, "rb") as f:
+        header = f.read(64)
+        phoff, = struct.unpack_from("<Q", header, 32)
+        phentsize, phnum = struct.unpack_from("<HH", header, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        segments = []
+        for i in range(phnum):
+            (p_type, _, p_offset, p_vaddr, _, p_filesz, _,
+             _) = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
+            if p_type == 1:     # PT_LOAD
+                segments.append((p_vaddr, p_offset, p_filesz))
+        sites = []
+        for note in proc.stdout.split("NT_STAPSDT")[1:]:
+            provider = re.search(r"Provider: (\S+)", note).group(1)
+            name = re.search(r"Name: (\S+)", note).group(1)
+            address = int(re.search(r"Location: (0x[0-9a-f]+)",
+                                    note).group(1), 16)
+            code = b""
+            for vaddr, offset, filesz in segments:
+                if vaddr <= address < vaddr + filesz:
+                    f.seek(offset + address - vaddr)
+                    code = f.read(len(MARKER_PAIR))
+            sites.append((provider, name, address, code))
+    return sites
 
 
 # pystack's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
