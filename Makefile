@@ -47,7 +47,7 @@ export SERIES
 	shared install-shared check-shared deb check-release
 .PHONY: check-regrtest-armed check-regrtest-armed-full dist check-dist
 .PHONY: check-bpftrace-versions check-deb-trixie compare-bpftrace-versions
-.PHONY: dtrace-root check-dtrace check-docs
+.PHONY: dtrace-root check-dtrace check-docs check-uprobe-guest
 
 all: build
 
@@ -155,6 +155,14 @@ dtrace-root:
 # examples under DTrace for Linux.
 check-dtrace: build
 	tools/check-dtrace $(S)/obj
+
+# The markers' nop pair on a kernel that optimizes it: Debian
+# experimental's Linux 7.3 booted under qemu (TCG, no KVM), uprobes on the
+# pair's 10-byte nop (docs/marker-sites.md); as root.  Not part of make
+# check: it boots a kernel, and its timings are emulated.
+check-uprobe-guest: build
+	tools/deps guest
+	tools/uprobe-guest-7.3 $(S)/obj/python
 
 # make check's tier 12 alone: our pages of the documentation (the howto
 # and the toolkit's page) built by Sphinx with the prepared tree's

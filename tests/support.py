@@ -371,6 +371,45 @@ def stapsdt_notes(binary, arguments=False):
     return notes
 
 
+# The instructions at every USDT marker, from the note's address on: a
+# 1-byte nop, then the 10-byte nop that Linux 7.3 optimizes
+# (docs/marker-sites.md).
+MARKER_PAIR = bytes.fromhex("90 66 2e 0f 1f 84 00 00 00 00 00")
+
+
+def marker_sites(binary):
+    """[(provider, name, address, bytes)] of the stapsdt notes of binary:
+    each note's address (readelf -n's Location) and the len(MARKER_PAIR)
+    bytes of the file there, found through its PT_LOAD segments (readelf
+    -lW: the tests read ELF with binutils, not with usdt._elf)."""
+    proc = run(["readelf", "-n", binary])
+    if proc.returncode != 0:
+        raise RuntimeError("readelf -n %s: %s" % (binary, proc.stderr))
+    # The PT_LOAD segments, as readelf -lW prints them: Offset VirtAddr
+    # PhysAddr FileSiz ...
+    headers = run(["readelf", "-lW", binary])
+    if headers.returncode != 0:
+        raise RuntimeError("readelf -lW %s: %s" % (binary, headers.stderr))
+    segments = [(int(vaddr, 16), int(offset, 16), int(filesz, 16))
+                for offset, vaddr, filesz in re.findall(
+                    r"^\s+LOAD\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+"
+                    r"0x[0-9a-f]+\s+(0x[0-9a-f]+)", headers.stdout, re.M)]
+    sites = []
+    with open(binary, "rb") as f:
+        for note in proc.stdout.split("NT_STAPSDT")[1:]:
+            provider = re.search(r"Provider: (\S+)", note).group(1)
+            name = re.search(r"Name: (\S+)", note).group(1)
+            address = int(re.search(r"Location: (0x[0-9a-f]+)",
+                                    note).group(1), 16)
+            code = b""
+            for vaddr, offset, filesz in segments:
+                if vaddr <= address < vaddr + filesz:
+                    f.seek(offset + address - vaddr)
+                    code = f.read(len(MARKER_PAIR))
+            sites.append((provider, name, address, code))
+    return sites
+
+
 # the stack tool's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
 # bytes of a file name.
 PYSTACK_STRLEN = 128

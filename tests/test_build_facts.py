@@ -3,10 +3,11 @@
 import collections
 import os
 import re
+import tempfile
 import unittest
 
-from support import (PYTHON, SERIES, TOP, promised_probe_pairs, run,
-                     stapsdt_notes)
+from support import (MARKER_PAIR, PYTHON, SERIES, TOP, marker_sites,
+                     promised_probe_pairs, run, stapsdt_notes)
 
 FRAME_POINTER_FLAGS = ("-fno-omit-frame-pointer",
                        "-mno-omit-leaf-frame-pointer")
@@ -238,6 +239,33 @@ class BuildFactsTest(unittest.TestCase):
         for provider, name, semaphore in notes:
             self.assertIsNotNone(semaphore, (provider, name))
             self.assertNotEqual(semaphore, 0, (provider, name))
+
+    def assertMarkerPairs(self, binary, providers):
+        sites = marker_sites(binary)
+        self.assertEqual({provider for provider, *_ in sites}, providers)
+        wrong = ["%s:%s at %#x: %s" % (provider, name, address, code.hex(" "))
+                 for provider, name, address, code in sites
+                 if code != MARKER_PAIR]
+        self.assertEqual(wrong, [], "%d of %d markers of %s are not on the "
+                         "pair %s" % (len(wrong), len(sites), binary,
+                                      MARKER_PAIR.hex(" ")))
+
+    def test_markers_on_the_nop_pair(self):
+        # Every marker: a 1-byte nop where its note points, which tools
+        # replace with an int3, then the 10-byte nop at which libbpf
+        # attaches on a kernel that optimizes it (Linux 7.3 and later).
+        self.assertMarkerPairs(PYTHON, {"python", "otel_memory"})
+
+    def test_usdt_module_probe_on_the_nop_pair(self):
+        # The probes that the usdt module makes at run time sit on the
+        # same pair (the stubs of Modules/_usdt/elf.c).
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "probe.so")
+            proc = run([PYTHON, "-c", "import shutil, sys, usdt; "
+                        "p = usdt.Probe('pairtest', 'site', (int, str)); "
+                        "shutil.copy(p.path, sys.argv[1])", copy])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertMarkerPairs(copy, {"pairtest"})
 
     def test_identity(self):
         # sys.version, python -VV and platform.python_build() name this

@@ -35,6 +35,10 @@ static const char *const section_names[SEC_COUNT] = {
 enum { PH_TEXT, PH_DATA, PH_DYNAMIC, PH_STACK, PH_COUNT };
 
 #define STUB_SIZE 16
+
+static const unsigned char marker_pair[] = {
+    0x90, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+};
 #define DYNAMIC_COUNT 6
 #define NOTE_NAME "stapsdt"
 #define NT_STAPSDT 3
@@ -201,7 +205,7 @@ _PyUsdt_BuildObject(struct elf_probe *probes, int count, size_t *size)
         sym->st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
         sym->st_shndx = SEC_TEXT;
         sym->st_value = stub;
-        sym->st_size = 2;
+        sym->st_size = sizeof(marker_pair) + 1;
         sym++;
         sym->st_name = (Elf64_Word)strpos;
         strpos += symbol_name(dynstr + strpos, &probes[i], 1);
@@ -210,11 +214,13 @@ _PyUsdt_BuildObject(struct elf_probe *probes, int count, size_t *size)
         sym->st_value = sem;
         sym->st_size = sizeof(uint16_t);
 
-        /* The stub: nop (the probe's address), ret, int3 padding. */
+        /* The stub: the interpreter's marker pair (a 1-byte nop, the
+         * probe's address, then the 10-byte nop that Linux 7.3 optimizes:
+         * Include/internal/pycore_dtrace_site.h), ret, int3 padding. */
         unsigned char *code = image + stub;
         memset(code, 0xcc, STUB_SIZE);
-        code[0] = 0x90;
-        code[1] = 0xc3;
+        memcpy(code, marker_pair, sizeof(marker_pair));
+        code[sizeof(marker_pair)] = 0xc3;
     }
     assert(strpos == dynstr_size);
 
