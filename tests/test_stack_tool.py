@@ -837,6 +837,31 @@ class PystackOffsetsTest(unittest.TestCase):
         self.assertGreater(tls, 0)
         self.assertGreater(text, 0)
 
+    def test_tool_offsets_as_gdb_reads_them(self):
+        # What the interpreter exports beyond _Py_DebugOffsets
+        # (_PyDTrace_ToolOffsets), against gdb's reading of the same
+        # fields from the debug information.
+        if shutil.which("gdb") is None:
+            self.skipTest("no gdb")
+        proc = run([TOOL_PYTHON, "-c", IMPORT_USDT + textwrap.dedent("""\
+            import json
+            from usdt.stacks.offsets import Interpreter
+            i = Interpreter(sys.argv[2])
+            print(json.dumps([i.co_version, i.firsttraceable,
+                              i.frame_owned_by_cstack]))
+            """), USDT_PACKAGE, PYTHON])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        ours = json.loads(proc.stdout)
+        proc = run(["gdb", "-batch", "-nx",
+                    "-ex", "print (long)&((PyCodeObject *)0)->co_version",
+                    "-ex", "print (long)&((PyCodeObject *)0)"
+                    "->_co_firsttraceable",
+                    "-ex", "print (int)FRAME_OWNED_BY_CSTACK", PYTHON])
+        theirs = [int(value) for value in re.findall(
+            r"^\$\d+ = (-?\d+)$", proc.stdout, re.M)]
+        self.assertEqual(len(theirs), 3, proc.stdout + proc.stderr)
+        self.assertEqual(ours, theirs)
+
     def test_unknown_layout(self):
         # A copy of the interpreter whose _Py_DebugOffsets say 3.99: the
         # tool names the version it found and the ones it knows.

@@ -25,7 +25,8 @@ import time
 import unittest
 
 from support import (Bpftrace, PYTHON, SETTRACE_LINES, TOP,
-                     readline, require_bpftrace, run, start)
+                     readline, require_bpftrace, run, start,
+                     usdt_module)
 from test_flamegraph import svg_frames, expected_frames
 from test_stacks import CHAIN, WORKLOAD as STACKS_WORKLOAD
 
@@ -122,6 +123,54 @@ class ToolsTestCase(unittest.TestCase):
 
     def tools(self, *args, **kwargs):
         return run([PYTHON, "-m", "usdt.tools", *args], **kwargs)
+
+
+class WatcherDelayTest(unittest.TestCase):
+    """How long the front door waits for the watched markers: the poll
+    interval that the interpreter exports, which is how often its watcher
+    thread (py-usdt-watch) wakes up in an idle process."""
+
+    def watcher_wakeups(self, seconds):
+        proc = subprocess.Popen(
+            [PYTHON, "-c", "import sys, time; print(flush=True); "
+             "sys.stdin.read()"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stdin.close)
+        proc.stdout.readline()
+        task = "/proc/%d/task" % proc.pid
+        for tid in os.listdir(task):
+            with open("%s/%s/comm" % (task, tid)) as f:
+                if f.read().strip() == "py-usdt-watch":
+                    break
+        else:
+            self.fail("no py-usdt-watch thread in %s" % task)
+
+        def switches():
+            with open("%s/%s/status" % (task, tid)) as f:
+                return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)",
+                                     f.read(), re.M).group(1))
+
+        before = switches()
+        time.sleep(seconds)
+        return switches() - before
+
+    def test_delay_is_the_exported_interval(self):
+        tools = usdt_module("tools")
+        interval = tools.watcher_delay(PYTHON) - tools.WATCHER_MARGIN
+        self.assertGreater(interval, 0, "%s exports no %s"
+                           % (PYTHON, tools.WATCH_INTERVAL_SYMBOL))
+        # Over four intervals, four wakeups (three if the first poll
+        # comes late on a busy machine; one more for a stray signal).
+        wakeups = self.watcher_wakeups(4 * interval)
+        self.assertIn(wakeups, (3, 4, 5), "%d wakeups in %.1f s"
+                      % (wakeups, 4 * interval))
+
+    def test_no_watcher_no_interval(self):
+        tools = usdt_module("tools")
+        self.assertEqual(tools.watcher_delay("/bin/true"),
+                         tools.WATCHER_MARGIN)
 
 
 class FrontDoorTest(ToolsTestCase):

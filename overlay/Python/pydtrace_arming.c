@@ -86,8 +86,9 @@ static __attribute__((used)) const void *const keep_asyncio_probes =
     &_PyDTrace_TaskStepSemaphores;
 
 /* One poll per second: at most one wakeup per second in an idle process,
- * and a tracer attached with -p sees events within about a second. */
-#define WATCH_INTERVAL_S 1
+ * and a tracer attached with -p sees events within about a second.  The
+ * one place this interval is given: usdt.tools reads this symbol. */
+const int _PyDTrace_WatchIntervalMs = 1000;
 
 static int
 probes_armed(void)
@@ -328,7 +329,12 @@ wait_interval(void)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += WATCH_INTERVAL_S;
+    deadline.tv_sec += _PyDTrace_WatchIntervalMs / 1000;
+    deadline.tv_nsec += (long)(_PyDTrace_WatchIntervalMs % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000;
+    }
     (void)pthread_cond_timedwait(&watcher.cond, &watcher.mutex, &deadline);
 }
 

@@ -86,6 +86,30 @@ _PyDTrace_StacksArmed(void)
     return PyDTrace_STACKS_ENABLE_ENABLED() != 0;
 }
 
+/* What stack tools (usdt.stacks) read of the interpreter that
+ * _Py_DebugOffsets does not give: where the code object's co_version and
+ * _co_firsttraceable are, and the owner of the frames the interpreter loop
+ * pushes on entry.  No C code uses it: it is exported for the tools, which
+ * read it from the ELF file by its symbol.  Every field is a uint64_t;
+ * version numbers the layout, which only grows (a new field goes at the
+ * end, with the next version); size is the struct's. */
+struct _pydtrace_tool_offsets {
+    uint64_t version;
+    uint64_t size;
+    uint64_t code_object_co_version;
+    uint64_t code_object_firsttraceable;
+    uint64_t frame_owned_by_cstack;
+};
+PyAPI_DATA(const struct _pydtrace_tool_offsets) _PyDTrace_ToolOffsets;
+
+const struct _pydtrace_tool_offsets _PyDTrace_ToolOffsets = {
+    .version = 1,
+    .size = sizeof(struct _pydtrace_tool_offsets),
+    .code_object_co_version = offsetof(PyCodeObject, co_version),
+    .code_object_firsttraceable = offsetof(PyCodeObject, _co_firsttraceable),
+    .frame_owned_by_cstack = FRAME_OWNED_BY_CSTACK,
+};
+
 #endif  /* WITH_DTRACE */
 
 #ifdef STACKS_SUPPORTED

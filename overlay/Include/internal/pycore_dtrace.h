@@ -170,6 +170,11 @@ extern void _PyDTrace_AfterForkParent(void);
 extern void _PyDTrace_AfterForkChild(void);
 extern Py_ssize_t _PyDTrace_AdjustThreadCount(Py_ssize_t num_threads);
 
+/* The watcher thread's poll interval, in milliseconds.  Exported: tools
+ * read it from the interpreter's symbol table (usdt.tools waits that long
+ * after attaching before the watched markers fire). */
+PyAPI_DATA(const int) _PyDTrace_WatchIntervalMs;
+
 /* PEP 669 events that the armed probes need on the legacy tool slot *tool*
  * (PY_MONITORING_SYS_PROFILE_ID or PY_MONITORING_SYS_TRACE_ID). */
 extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,

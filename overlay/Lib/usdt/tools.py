@@ -40,7 +40,7 @@ import sys
 import sysconfig
 import tempfile
 
-from usdt import _bpftrace, profiles
+from usdt import _bpftrace, _elf, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -214,10 +214,32 @@ def collect_stdout(pipe, lines, attached):
             lines.append(text)
 
 
-# Seconds from attaching until the watched markers fire: the watcher
-# thread's poll (once a second), and a margin for the interpreter's threads
-# to notice its request.
-WATCHER_DELAY = 1.5
+# Seconds from the watcher's poll until the interpreter's threads have
+# applied what it found (the pending call runs at their next eval-breaker
+# check).
+WATCHER_MARGIN = 0.5
+# The symbol by which the interpreter exports its watcher's poll interval
+# (Python/pydtrace_arming.c): an int, in milliseconds.
+WATCH_INTERVAL_SYMBOL = "_PyDTrace_WatchIntervalMs"
+
+
+def watcher_delay(binary):
+    """Seconds from attaching until the watched markers of binary (the
+    interpreter, or libpython) fire: its watcher's poll interval, read
+    from its ELF file, and WATCHER_MARGIN.  A binary without the symbol
+    has no watcher to wait for: the margin only."""
+    try:
+        with open(binary, "rb") as f:
+            elf = _elf.ElfFile(binary, f)
+            symbol = elf.symbols().get(WATCH_INTERVAL_SYMBOL)
+            if symbol is None or symbol.size != 4:
+                return WATCHER_MARGIN
+            interval = int.from_bytes(elf.read_vaddr(symbol.value, 4),
+                                      "little", signed=True)
+    except (OSError, _elf.ElfError) as error:
+        raise Error("cannot read the watcher's interval: %s" % error) \
+            from None
+    return interval / 1000 + WATCHER_MARGIN
 
 
 # Appended to a script: bpftrace attaches probes in the order of the
@@ -285,8 +307,8 @@ def trace(tool, script, args, extra, strlen=None):
                 pipe, sys.stdout.buffer, runner.exit_newlines))
         status = session.wait(
             args.duration,
-            delay=WATCHER_DELAY if tool.watched and args.pid is not None
-            else 0,
+            delay=watcher_delay(args.binary)
+            if tool.watched and args.pid is not None else 0,
             announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
             "the results\n" % (tool.name, args.pid)
             if args.pid is not None else None)

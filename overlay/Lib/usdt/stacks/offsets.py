@@ -57,17 +57,16 @@ DEBUG_OFFSETS = {(3, 13): [
     "gc.size", "gc.collecting",
 ]}
 COOKIE = b"xdebugpy"
-# What _Py_DebugOffsets gives where a frame's owner is, but not the values:
-# the owner of the entry frame that each activation of the interpreter
-# loop pushes first (FRAME_OWNED_BY_CSTACK, Include/internal/
-# pycore_frame.h), by series.  3.14 renumbers it (4).
-FRAME_OWNED_BY_CSTACK = {(3, 13): 3}
-# Where co_version is (a number the interpreter gives each code object it
-# creates, from a counter): this many bytes before co_localsplusnames.
-CO_VERSION_BEFORE_LOCALSPLUSNAMES = {(3, 13): 4}
-# _co_firsttraceable, an int, and co_extra, a pointer, come right before
-# co_code_adaptive (Include/cpython/code.h): this many bytes before it.
-FIRSTTRACEABLE_BEFORE_CODE_ADAPTIVE = {(3, 13): 16}
+# What the frame walk needs that _Py_DebugOffsets does not give, as the
+# interpreter exports it (struct _pydtrace_tool_offsets, Python/
+# pydtrace_stacks.c): uint64_t fields, by the layout's version, which only
+# grows (a later version has these fields first).  co_version is the
+# number the interpreter gives each code object it creates; the frame
+# owner is that of the entry frame each activation of the interpreter
+# loop pushes first (FRAME_OWNED_BY_CSTACK).
+TOOL_OFFSETS_SYMBOL = "_PyDTrace_ToolOffsets"
+TOOL_OFFSETS = {1: ["version", "size", "code_object.co_version",
+                    "code_object.firsttraceable", "frame_owned_by_cstack"]}
 
 DEFAULT_MAX_DEPTH = 64
 # Native frames per stack (--native), walked in BPF 8 at a time.
@@ -121,7 +120,7 @@ class Interpreter:
         version, = struct.unpack_from("<Q", raw, 8)
         series = (version >> 24, (version >> 16) & 0xff)
         layout = DEBUG_OFFSETS.get(series)
-        if layout is None or series not in FRAME_OWNED_BY_CSTACK:
+        if layout is None:
             raise Error("%s is Python %d.%d: this tool knows the "
                         "_Py_DebugOffsets layout of %s only"
                         % ((path,) + series + (", ".join(
@@ -152,17 +151,10 @@ class Interpreter:
         if not texts:
             raise Error("%s has no executable segment" % path)
         self.text_vaddr = min(texts)
-        # co_version, which _Py_DebugOffsets does not give: the uint32_t
-        # right before co_localsplusnames, six ints after co_firstlineno
-        # (Include/cpython/code.h), which this checks.
-        before = CO_VERSION_BEFORE_LOCALSPLUSNAMES[series]
-        self.co_version = self.offsets["code_object.localsplusnames"] - before
-        if self.co_version != self.offsets["code_object.firstlineno"] + 24:
-            raise Error("%s: its code objects' layout is not the one this "
-                        "tool knows (co_version)" % path)
-        self.firsttraceable = (
-            self.offsets["code_object.co_code_adaptive"] -
-            FIRSTTRACEABLE_BEFORE_CODE_ADAPTIVE[series])
+        tool = self._tool_offsets(path, elf, symbols)
+        self.co_version = tool["code_object.co_version"]
+        self.firsttraceable = tool["code_object.firsttraceable"]
+        self.frame_owned_by_cstack = tool["frame_owned_by_cstack"]
         if "_Py_InitCleanup" in symbols:
             # Python/specialize.c gives this static code object a
             # _co_firsttraceable of 4.
@@ -181,6 +173,27 @@ class Interpreter:
         self.debug_slot = next((entry.value_vaddr
                                 for entry in elf.dynamic()
                                 if entry.tag == DT_DEBUG), None)
+
+    @staticmethod
+    def _tool_offsets(path, elf, symbols):
+        """{field: value} of the interpreter's _PyDTrace_ToolOffsets."""
+        symbol = symbols.get(TOOL_OFFSETS_SYMBOL)
+        if symbol is None:
+            raise Error("%s exports no %s: build it from a cpython-usdt "
+                        "tree that has it" % (path, TOOL_OFFSETS_SYMBOL))
+        version, size = struct.unpack("<QQ", elf.read_vaddr(symbol.value,
+                                                            16))
+        known = [v for v in TOOL_OFFSETS if v <= version]
+        if not known:
+            raise Error("%s: %s is version %d: this tool knows %s"
+                        % (path, TOOL_OFFSETS_SYMBOL, version,
+                           ", ".join(map(str, sorted(TOOL_OFFSETS)))))
+        layout = TOOL_OFFSETS[max(known)]
+        if size < 8 * len(layout) or symbol.size < 8 * len(layout):
+            raise Error("%s: %s is %d bytes, not %d" % (
+                path, TOOL_OFFSETS_SYMBOL, size, 8 * len(layout)))
+        raw = elf.read_vaddr(symbol.value, 8 * len(layout))
+        return dict(zip(layout, struct.unpack("<%dQ" % len(layout), raw)))
 
     @staticmethod
     def _return_sites(elf, symbols, callee):

@@ -9,7 +9,7 @@ import struct
 from .. import _bpftrace, _cfi
 from .._bpftrace import Error
 from .._elf import PF_X, PT_LOAD, ElfError, ElfFile
-from .offsets import COOKIE, FRAME_OWNED_BY_CSTACK, THREAD_SIZE
+from .offsets import COOKIE, THREAD_SIZE
 
 
 def _templates():
@@ -75,10 +75,11 @@ def macros(interp, args):
         ("FR_EXECUTABLE", o["interpreter_frame.executable"], ""),
         ("FR_INSTR_PTR", o["interpreter_frame.instr_ptr"], ""),
         ("FR_OWNER", o["interpreter_frame.owner"], ""),
-        ("FRAME_OWNED_BY_CSTACK", FRAME_OWNED_BY_CSTACK[interp.series],
-         "Include/internal/pycore_frame.h"),
+        ("FRAME_OWNED_BY_CSTACK", interp.frame_owned_by_cstack,
+         "Include/internal/pycore_frame.h, as _PyDTrace_ToolOffsets gives "
+         "it"),
         ("CO_VERSION", interp.co_version, "co_version (not in "
-         "_Py_DebugOffsets)"),
+         "_Py_DebugOffsets; _PyDTrace_ToolOffsets)"),
         ("CO_CODE_ADAPTIVE", o["code_object.co_code_adaptive"], ""),
         ("MAX_DEPTH", args.max_depth, "frames printed"),
         ("FRAME_BATCHES", -(-args.max_depth // 8),
