@@ -23,7 +23,7 @@ import tempfile
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, USDT_PACKAGE,
+from support import (Bpftrace, PYTHON, Semaphore, USDT_PACKAGE,
                      bpftrace_env, free_threaded, iter_lines, pystack_filename,
                      readline, start, tracer_unusable)
 

@@ -22,7 +22,7 @@ import unittest
 import xml.etree.ElementTree as ElementTree
 
 import chromium
-from support import PYTHON, TOP, USDT_PACKAGE, run, tracer_required
+from support import PYTHON, USDT_PACKAGE, run, tracer_required
 
 RENDERER = os.path.join(USDT_PACKAGE, "flamegraph.py")
 # The renderer runs under any Python 3: prefer the system's.
