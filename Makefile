@@ -201,7 +201,7 @@ check-regrtest-armed: build
 check-regrtest-armed-full: build
 	tools/regrtest $(S)/obj armed-full
 
-# The toolkit's tests (usdt.tools, Lib/usdt/scripts, pystack, the allocation
+# The toolkit's tests (usdt.tools, Lib/usdt/scripts, usdt.stacks, the allocation
 # tools) with bpftrace 0.17 (this machine's), 0.23 (Debian 13) and 0.27
 # (forky), from the Debian roots of tools/bpftrace-root, built if missing.
 check-bpftrace-versions: build

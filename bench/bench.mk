@@ -118,7 +118,7 @@ bench-stacks: build
 	$(SYSTEM_PYTHON) bench/stacks.py $(S)/obj/python \
 		--out-md docs/stacks.md --out-json bench/recorded/stacks.json
 
-# What pystack --native costs: BPF time per sample, and the traced
+# What usdt.stacks --native costs: BPF time per sample, and the traced
 # process's slowdown at 99 and 999 Hz, and at 99 Hz under 30 and 100 more
 # frames; then profile's BPF time per sample on a real application
 # (docutils and pygments, bench/real_app_cost.py) (docs/whole-stacks.md).
@@ -134,14 +134,14 @@ bench-whole-stacks: build
 	$(SYSTEM_PYTHON) bench/real_app_cost.py $(S)/obj/python \
 		--seconds 8 --cycles 3 --out-json bench/recorded/whole-stacks-real-app.json
 
-# Where profile's BPF time per sample goes: pystack's program cut down
+# Where profile's BPF time per sample goes: the stack tool's program cut down
 # part by part, on the real application and a one-frame loop
 # (bench/profile_parts.py, docs/whole-stacks.md).
 bench-profile-parts: build
 	$(SYSTEM_PYTHON) bench/profile_parts.py $(S)/obj/python \
 		--seconds 10 --out-json bench/recorded/profile-parts.json
 
-# 100 sessions of pystack --probe profile:hz:99 -p of 2 s each against
+# 100 sessions of usdt.stacks --probe profile:hz:99 -p of 2 s each against
 # a threaded HTTP server under load: every request answered, and the
 # server's fds, threads and RSS back to their baseline (bench/soak_profile.py).
 bench-soak: build

@@ -1,6 +1,6 @@
 """Where profile's BPF time per sample goes, part by part.
 
-pystack's program for profile:hz:HZ -p PID (python -m usdt.pystack
+the stack tool's program for profile:hz:HZ -p PID (python -m usdt.stacks
 --print-program) is run by bpftrace as it is and cut down, one variant at
 a time, each for SECONDS, against the real application of
 bench/real_app_cost.py and against a one-frame loop:
@@ -17,7 +17,7 @@ bench/real_app_cost.py and against a one-frame loop:
   no-list     no-walk without the thread list (TLS only)
   no-F        the whole program, its F records not printed (their frames
               still read)
-  whole       the program as pystack runs it
+  whole       the program as usdt.stacks runs it
   no-version  the whole program without its read of each frame's
               co_version (its records say 0 instead): what telling a
               reused code object's address apart by reading the object

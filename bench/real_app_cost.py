@@ -1,4 +1,4 @@
-"""What pystack's profile costs on a real application, in BPF.
+"""What the stack tool's profile costs on a real application, in BPF.
 
 The application is tests/data/real_app.py (docutils renders 150 lines of
 our howto, pygments highlights _bpftrace.py in asyncio's worker threads;
@@ -7,7 +7,7 @@ a scratch directory on PYTHONPATH), run over and over by one process for
 the whole bench.  Phases of SECONDS each, CYCLES times: nothing attached,
 then
 
-    pystack --probe profile:hz:HZ --json --max-depth 512 -p PID
+    usdt.stacks --probe profile:hz:HZ --json --max-depth 512 -p PID
 
 (with --native too when asked).  For each traced phase:
 
@@ -18,7 +18,7 @@ then
   process) per sample, an upper bound of a sample's walk;
 - the frames per sample, and how many frames have no line (there must
   be none: the bench fails otherwise);
-- pystack's own CPU time (user and system, all its threads) per
+- the stack tool's own CPU time (user and system, all its threads) per
   sample: while tracing, and in all, up to its exit (the lines are
   decoded at the end).
 
@@ -42,7 +42,7 @@ sys.path.insert(0, HERE)
 from whole_stacks import (STATS, attached, bpf_stats, cpu_ns,  # noqa: E402
                           stop)
 
-TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "pystack")
+TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "stacks")
 APP = os.path.join(TOP, "tests", "data", "real_app.py")
 RST = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
 SOURCE = os.path.join(TOP, "overlay", "Lib", "usdt", "_bpftrace.py")
@@ -72,7 +72,7 @@ while not done.is_set():
 def frames_of(rows):
     """(samples, Python frames, Python frames without a line, samples
     whose native frames were cut at [native frames lost], those of them
-    sampled in libc) of pystack's JSON."""
+    sampled in libc) of the stack tool's JSON."""
     samples = frames = unknown = lost = lost_in_libc = 0
     for row in rows:
         samples += row["count"]
@@ -115,7 +115,7 @@ def traced_phase(pid, args):
             _, stderr, total = stop(tool)
             total -= tool_before
         if tool.returncode != 0:
-            sys.exit("pystack failed (%d): %s" % (tool.returncode, stderr))
+            sys.exit("usdt.stacks failed (%d): %s" % (tool.returncode, stderr))
         with open(out) as f:
             rows = json.load(f)
     samples, frames, unknown, lost, lost_in_libc = frames_of(rows)
@@ -127,7 +127,7 @@ def traced_phase(pid, args):
             "frames_without_line": unknown,
             "native_lost": lost, "native_lost_in_libc": lost_in_libc,
             "notes": [line for line in stderr.splitlines()
-                      if line.startswith("pystack: ")],
+                      if line.startswith("usdt.stacks: ")],
             "pystack_cpu_ns_per_sample": tool_ns / samples if samples
             else None,
             "pystack_cpu_ns_per_sample_in_all": total / samples if samples
@@ -174,7 +174,7 @@ def main():
             with open(STATS, "w") as f:
                 f.write(stats_before)
     print("%d Hz%s, real application: BPF time per sample %s us, %s "
-          "frames per sample, pystack CPU per sample %s us while "
+          "frames per sample, usdt.stacks CPU per sample %s us while "
           "tracing, %s us in all (%s samples), frames without a line: "
           "%d%s"
           % (args.hz, " --native" if args.native else "",

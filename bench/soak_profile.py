@@ -12,7 +12,7 @@ that raises (a refused connection, a reset, a timeout after
 
 After --settle seconds of load, SESSIONS sessions of
 
-    pystack --json --probe profile:hz:99 --save RECORDS -p SERVER_PID
+    usdt.stacks --json --probe profile:hz:99 --save RECORDS -p SERVER_PID
 
 run one after another, each: started, attached (its first record is in
 RECORDS), left to sample for --seconds, sent SIGINT, and waited for; all
@@ -70,7 +70,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
-TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "pystack")
+TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "stacks")
 SERVER = os.path.join(HERE, "soak_server.py")
 DEFAULT_PYTHON = os.path.join(TOP, "build", "3.13", "obj", "python")
 HOST = "127.0.0.1"
@@ -282,7 +282,7 @@ def group_alive(pgid):
 
 
 def end_tool(tool):
-    """End a pystack that did not end on its SIGINT, and everything it
+    """End a usdt.stacks that did not end on its SIGINT, and everything it
     started: SIGTERM first, on which it stops bpftrace and removes its
     temporary files, then, after TOOL_GRACE_S, SIGKILL to its process
     group (it leads a session of its own).  Reaps it."""
@@ -308,7 +308,7 @@ def tail(path):
 
 
 def session(index, server, args, tmp, timeout):
-    """One run of pystack against the server; its record."""
+    """One run of usdt.stacks against the server; its record."""
     records = os.path.join(tmp, "records")
     out_path = os.path.join(tmp, "out.json")
     err_path = os.path.join(tmp, "err.txt")
@@ -541,7 +541,7 @@ def load_report(load, report, failures):
 def summary(args, report):
     """The human report's lines."""
     sessions = report["sessions"]
-    lines = ["soak: pystack --probe profile:hz:%d -p SERVER, %g s per "
+    lines = ["soak: usdt.stacks --probe profile:hz:%d -p SERVER, %g s per "
              "session, %d clients, under %s"
              % (args.hz, args.seconds, args.clients, args.python),
              "sessions: %d of %d run, %d ok"
@@ -588,7 +588,7 @@ def main():
                         help="the interpreter the server runs under "
                         "(default %(default)s)")
     parser.add_argument("--sessions", type=int, default=100,
-                        help="pystack runs (default %(default)s)")
+                        help="usdt.stacks runs (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=2,
                         help="sampling time per session, from its attach "
                         "(default %(default)s)")

@@ -7,7 +7,7 @@ with each bpftrace users have.
 
 For each bpftrace (host: the one on PATH; trixie, forky: the roots of
 tools/bpftrace-root, through `tools/bpftrace SUITE --print-path`), it
-loads every script of Lib/usdt/scripts and pystack's programs (a timer,
+loads every script of Lib/usdt/scripts and the stack tool's programs (a timer,
 a tracepoint and a USDT marker; Python stacks, whole stacks at the
 default depths and at --max-native 256; alloc's), and records per
 program the instructions the verifier processed (of 1,000,000) and the
@@ -56,12 +56,12 @@ def bpftrace_path(suite):
 
 def pystack_rows(python, path, probe, options):
     proc = subprocess.run(
-        [python, os.path.join(USDT, "pystack"), "--verifier-stats",
+        [python, os.path.join(USDT, "stacks"), "--verifier-stats",
          "--probe", probe, *options, "-c", "%s -c pass" % python],
         env=dict(os.environ, PATH=path), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        raise SystemExit("pystack --verifier-stats %s %s failed:\n%s%s"
+        raise SystemExit("usdt.stacks --verifier-stats %s %s failed:\n%s%s"
                          % (probe, " ".join(options), proc.stdout,
                             proc.stderr))
     lines = proc.stdout.splitlines()
@@ -129,7 +129,7 @@ def markdown(result):
            "(bpf_loop() callbacks after), of 512 bytes each.  bpftrace 0.17 does not report the stack "
            "depth (–).  `tests/test_verifier_margin.py` fails when a "
            "program passes half the instruction limit, or three quarters "
-           "of a function's stack.  pystack's programs are measured "
+           "of a function's stack.  the stack tool's programs are measured "
            "without the clause that holds a `-c` command at its end (a "
            "uprobe of 31 instructions).", ""]
     for suite in result["suites"]:
@@ -172,7 +172,7 @@ def main():
         version = None
         for probe, options in PYSTACK_CASES:
             version, rows = pystack_rows(python, path, probe, options)
-            key = " ".join(["pystack", "--probe", probe] + options)
+            key = " ".join(["usdt.stacks", "--probe", probe] + options)
             programs[key] = rows
             print("%s: %s: %s" % (suite, key, largest(rows)), flush=True)
         for name, rows in script_rows(python, path).items():

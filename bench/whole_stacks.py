@@ -1,4 +1,4 @@
-"""pystack --native: what sampling whole stacks costs, in BPF and to the
+"""usdt.stacks --native: what sampling whole stacks costs, in BPF and to the
 traced process.
 
 One process runs bench/stacks_workload.py, a call-heavy loop timed in fixed
@@ -6,7 +6,7 @@ rounds (about ten Python calls deep per outer() call).  Its phases, each
 SECONDS long, repeated CYCLES times:
 
   idle    nothing attached;
-  99      `pystack --native --probe profile:hz:99 -p PID`;
+  99      `usdt.stacks --native --probe profile:hz:99 -p PID`;
   idle    nothing attached;
   999     the same at 999 Hz.
 
@@ -18,11 +18,11 @@ For each traced phase:
   the samples the tool counted in the process;
 - the process's slowdown: the median round time of the phase over that of
   the two idle phases around it.  On a machine whose CPUs are shared, the
-  tracer's own user-space work (bpftrace printing, pystack reading the
+  tracer's own user-space work (bpftrace printing, usdt.stacks reading the
   mappings) competes with the process too: that is part of what is
   measured.
 
-- pystack's own CPU time (user and system, all its threads) per sample
+- the stack tool's own CPU time (user and system, all its threads) per sample
   of the process: in the phase (the records read, the code objects read
   from the process), and in all, up to its exit (with the last records
   and the lines decoded, which it does at the end).
@@ -48,7 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
-TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "pystack")
+TOOL = os.path.join(TOP, "overlay", "Lib", "usdt", "stacks")
 WORKLOAD = os.path.join(HERE, "stacks_workload.py")
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -109,7 +109,7 @@ def cpu_ns(pid):
 
 
 def stop(tool, timeout=300):
-    """Stop pystack (process tool) as Ctrl-C does, read what it prints,
+    """Stop usdt.stacks (process tool) as Ctrl-C does, read what it prints,
     and let it exit: (stdout, stderr, its CPU ns in all, read from the
     ended process before it is reaped, with what it did after the
     signal: the last records and, at the end, the lines decoded)."""
@@ -130,7 +130,7 @@ def stop(tool, timeout=300):
                         os.WEXITED | os.WNOWAIT | os.WNOHANG):
         if time.monotonic() > deadline:
             tool.kill()
-            sys.exit("pystack did not stop %d s after SIGINT" % timeout)
+            sys.exit("usdt.stacks did not stop %d s after SIGINT" % timeout)
         time.sleep(0.01)
     total = cpu_ns(tool.pid)
     tool.wait()
@@ -140,7 +140,7 @@ def stop(tool, timeout=300):
 
 
 def attached(tool, records):
-    """The pid of the bpftrace that pystack (process tool, --save
+    """The pid of the bpftrace that usdt.stacks (process tool, --save
     records) runs, once it has attached: its first record is there."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and tool.poll() is None:
@@ -148,13 +148,13 @@ def attached(tool, records):
             break
         time.sleep(0.05)
     if tool.poll() is not None:
-        sys.exit("pystack failed: %s" % tool.stderr.read())
+        sys.exit("usdt.stacks failed: %s" % tool.stderr.read())
     return children(tool.pid)[0]
 
 
 def traced_phase(pid, hz, seconds, python, native=True, depth=0):
     """Trace pid at hz for seconds: (start, end, BPF ns, runs, samples,
-    pystack's CPU ns)."""
+    the stack tool's CPU ns)."""
     with tempfile.TemporaryDirectory(prefix="whole-stacks") as tmp:
         records = os.path.join(tmp, "records")
         tool = subprocess.Popen(
@@ -260,7 +260,7 @@ def main():
     for hz in rates:
         rows = [r for r in results if r["hz"] == hz]
         print("%d Hz, depth %d: BPF time per sample of the process %s us, "
-              "pystack CPU per sample %s us while tracing, %s us in all "
+              "usdt.stacks CPU per sample %s us while tracing, %s us in all "
               "(%s samples), slowdown %s %% (median %.2f %%)"
               % (hz, args.depth,
                  ", ".join("%.1f" % (r["bpf_ns_per_sample"] / 1e3)

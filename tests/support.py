@@ -25,14 +25,14 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, SERIES, "obj", "python"))
 
 
-# The package usdt: the tracing tools (usdt.pystack, usdt.tools) and their
+# The package usdt: the tracing tools (usdt.stacks, usdt.tools) and their
 # ready scripts (usdt/scripts).  The copy that the interpreter under test
 # imports, in the prepared tree, which make keeps the same as
 # overlay/Lib/usdt (tools/sync-toolkit): one copy for the interpreter and
 # the tests.
 USDT_PACKAGE = os.path.join(BUILD, SERIES, "src", "Lib", "usdt")
 # Code that imports USDT_PACKAGE (the path in sys.argv[1]) as usdt, under
-# any Python 3, as python3 PATH/usdt/pystack does: for tests that run its
+# any Python 3, as python3 PATH/usdt/stacks does: for tests that run its
 # modules in a process of their own.
 IMPORT_USDT = textwrap.dedent("""\
     import os, runpy, sys
@@ -307,7 +307,7 @@ def perf_map_entries(pid):
 
 REGISTRY_COLUMNS = ("provider", "name", "kind", "arguments", "upstream",
                     "fired_in", "patch", "bpftrace", "dtrace", "systemtap",
-                    "tool", "tests")
+                    "tool", "tests", "watched")
 
 
 def registry_path():
@@ -333,7 +333,7 @@ def registry():
                            "tool", "tests"):
                 row[column] = [] if row[column] == "-" else \
                     row[column].split(",")
-            for column in ("upstream", "patch"):
+            for column in ("upstream", "patch", "watched"):
                 if row[column] == "-":
                     row[column] = None
             rows.append(row)
@@ -374,13 +374,13 @@ def stapsdt_notes(binary, arguments=False):
     return notes
 
 
-# pystack's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
+# the stack tool's default BPFTRACE_STRLEN: it keeps the last PYSTACK_STRLEN - 1
 # bytes of a file name.
 PYSTACK_STRLEN = 128
 
 
 def pystack_filename(filename, strlen=PYSTACK_STRLEN):
-    """filename as pystack prints it: its last strlen - 1 bytes, after
+    """filename as usdt.stacks prints it: its last strlen - 1 bytes, after
     "..." when cut (the paths of a clone under a deep directory are)."""
     raw = filename.encode()
     if len(raw) <= strlen - 1:
@@ -562,9 +562,9 @@ class Bpftrace:
         return text
 
 
-# The line in which usdt.tools and pystack count the known harmless
+# The line in which usdt.tools and usdt.stacks count the known harmless
 # warnings of bpftrace they left out (usdt._bpftrace.left_out_note()).
-LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|pystack): \d+ known harmless "
+LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|usdt.stacks): \d+ known harmless "
                            r"bpftrace warnings? not shown \(-v shows "
                            r"(them|it)\)$")
 

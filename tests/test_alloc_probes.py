@@ -31,10 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
 DRIVEN = os.path.join(HERE, "data", "alloc_driven.py")
 SITES = os.path.join(HERE, "data", "alloc_sites.py")
-# Its name as pystack prints it (cut in a clone under a deep directory).
+# Its name as usdt.stacks prints it (cut in a clone under a deep directory).
 SHOWN = pystack_filename(SITES)
-PYSTACK = os.path.join(USDT_PACKAGE, "pystack")
-# pystack runs under any Python 3: the system's, as test_pystack runs it.
+PYSTACK = os.path.join(USDT_PACKAGE, "stacks")
+# usdt.stacks runs under any Python 3: the system's, as test_stack_tool runs it.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
 
 # @w[ptr]: weight of each live sampled pointer.  @on: inside the phase.
@@ -167,12 +167,12 @@ class AllocProbes(unittest.TestCase):
 
 
 class PerSite(unittest.TestCase):
-    """pystack --weight arg2 at otel_memory:alloc: the bytes allocated
+    """usdt.stacks --weight arg2 at otel_memory:alloc: the bytes allocated
     per Python stack (in-BPF walker), against tracemalloc per line."""
 
     def sites(self, *options):
         """({site: estimated bytes}, {site: tracemalloc's bytes}, total)
-        of pystack with *options* on data/alloc_sites.py."""
+        of usdt.stacks with *options* on data/alloc_sites.py."""
         reason = Bpftrace.usable()
         if reason is not None:
             tracer_unusable(reason)

@@ -11,7 +11,7 @@ import unittest
 
 from support import bpftrace_module
 
-# bpftrace 0.27's stdout while it compiled pystack's program: warnings
+# bpftrace 0.27's stdout while it compiled the stack tool's program: warnings
 # that 0.17 needs the constructs of, one of them on a macro, whose
 # expansion 0.27 notes in a block of its own.  Then the -c command's
 # output.
@@ -30,7 +30,7 @@ is already of type int64
 TRUTH big 180039576
 """
 
-# bpftrace 0.27's stdout while it compiled pystack's program for a
+# bpftrace 0.27's stdout while it compiled the stack tool's program for a
 # tracepoint: a warning on two lines, then a located one, each followed
 # by the note on its macro's expansion.  Then a record.
 RANGED_027 = """\
@@ -76,7 +76,7 @@ class NoiseFilterTest(unittest.TestCase):
         self.assertEqual(text, b"TRUTH big 180039576\n")
 
     def test_ranged_warning_left_out_with_its_expansion(self):
-        # 0.27 on pystack's program with a tracepoint probe: a warning
+        # 0.27 on the stack tool's program with a tracepoint probe: a warning
         # on lines 155-156, which it prints, then the note on its macro.
         text, noise = shown(RANGED_027.splitlines(keepends=True))
         self.assertEqual(text, "PYSTACK D 1 2 0 0 0\n")
@@ -148,8 +148,8 @@ class VerboseTest(unittest.TestCase):
     def test_counted(self):
         module = bpftrace_module()
         text, _ = shown(COMPILE_027.splitlines(keepends=True))
-        self.assertEqual(module.left_out_note("pystack"),
-                         "pystack: 2 known harmless bpftrace warnings not "
+        self.assertEqual(module.left_out_note("usdt.stacks"),
+                         "usdt.stacks: 2 known harmless bpftrace warnings not "
                          "shown (-v shows them)\n")
 
     def test_shown_with_verbose(self):
@@ -157,7 +157,7 @@ class VerboseTest(unittest.TestCase):
         module.set_verbose()
         text, _ = shown(COMPILE_027.splitlines(keepends=True))
         self.assertEqual(text, COMPILE_027)
-        self.assertEqual(module.left_out_note("pystack"), "")
+        self.assertEqual(module.left_out_note("usdt.stacks"), "")
         runner = module.Bpftrace("/usr/bin/bpftrace", (0, 23, 2),
                                  "bpftrace v0.23.2")
         self.assertEqual(module.untested_note(runner),
@@ -165,7 +165,7 @@ class VerboseTest(unittest.TestCase):
                          "(tested: 0.17, 0.23, 0.27)\n")
 
 
-# A program written with range loops, as pystack writes its own: a
+# A program written with range loops, as usdt.stacks writes its own: a
 # nested loop, a continue, braces in a string and in a comment.
 RANGE_PROGRAM = """\
 BEGIN
@@ -211,7 +211,7 @@ BEGIN
 class LoopsTest(unittest.TestCase):
     """Range loops from 0.24 (bpf_loop() calls, whose bodies the kernel
     checks once; 0.25 deprecates while loops), the same loops as while
-    loops before: 0.27 refused pystack's program written with while
+    loops before: 0.27 refused the stack tool's program written with while
     loops as too large."""
 
     def runner(self, version):

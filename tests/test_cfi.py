@@ -12,7 +12,7 @@ import unittest
 from support import usdt_module
 
 _cfi = usdt_module("_cfi")
-Elf = usdt_module("pystack.offsets").Elf
+ElfFile = usdt_module("_elf").ElfFile
 
 REGISTERS = {6: "rbp", 7: "rsp"}
 
@@ -61,7 +61,7 @@ class CfiTest(unittest.TestCase):
 
     def test_syscall_sites_as_readelf_reads_them(self):
         path = libc()
-        elf = Elf(path)
+        elf = ElfFile(path)
         frames = _cfi.EhFrame(elf)
         tables = readelf_rows(path)
         starts = [table[0] for table in tables]
@@ -100,7 +100,7 @@ class CfiTest(unittest.TestCase):
         # which saves rbp and then uses it for the cancellation state.
         # The row at its system call is what gdb unwinds with.
         path = libc()
-        elf = Elf(path)
+        elf = ElfFile(path)
         symbols = elf.symbols()
         if "__send" not in symbols:
             self.skipTest("this libc has no __send")

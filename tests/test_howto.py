@@ -28,6 +28,9 @@ PAGES = (HOWTO, TOOLKIT)
 UPSTREAM_DOC = os.path.join(TOP, "build", os.environ.get("SERIES", "3.13"),
                             "src", "Doc")
 SYSTEM_PYTHON = "/usr/bin/python3"
+# A literalinclude directive: its path and its option lines.
+LITERALINCLUDE = re.compile(r"^\.\. literalinclude:: (\S+)\n((?: +:.*\n)*)",
+                            re.M)
 
 CHECK = r'''
 import collections, io, re, sys
@@ -60,7 +63,7 @@ for name in ("object", "c:function", "c:macro", "option", "envvar",
              "impl-detail", "versionadded", "versionchanged", "seealso",
              "program", "describe", "index"):
     directives.register_directive(name, StandIn)
-for name in ("highlight", "code-block"):
+for name in ("highlight", "code-block", "literalinclude"):
     directives.register_directive(name, CodeStandIn)
 for name in ("file", "ref", "mod", "func", "c:func", "c:macro", "c:type",
              "data", "kbd", "exc", "option", "envvar", "attr", "class",
@@ -106,6 +109,32 @@ class HowtoParses(unittest.TestCase):
                 status, reports, stderr = check(page)
                 self.assertEqual(status, 0, stderr)
                 self.assertEqual(reports, [])
+
+    def test_literal_includes(self):
+        # Each literalinclude names a file of the tree (Doc/howto/ of
+        # the prepared tree is overlay/Doc/howto/ here), and the lines
+        # its :start-at: and :end-before: name are in it, in that order.
+        for page in PAGES:
+            with open(page, encoding="utf-8") as f:
+                text = f.read()
+            found = LITERALINCLUDE.findall(text)
+            for path, options in found:
+                with self.subTest(page=os.path.basename(page), path=path):
+                    path = os.path.normpath(os.path.join(
+                        os.path.dirname(page), path))
+                    self.assertTrue(os.path.isfile(path), path)
+                    with open(path, encoding="utf-8") as f:
+                        included = f.read()
+                    at = 0
+                    for option, value in re.findall(
+                            r"^ +:([a-z-]+): (.*)$", options, re.M):
+                        if option in ("start-at", "end-before"):
+                            at = included.find(value, at)
+                            self.assertGreaterEqual(at, 0, (option, value))
+        with open(HOWTO, encoding="utf-8") as f:
+            self.assertIn("../../Lib/usdt/scripts/call_stack.d",
+                          [path for path, _ in
+                           LITERALINCLUDE.findall(f.read())])
 
     def check_text(self, text):
         """check() of a scratch page holding text: its reports."""

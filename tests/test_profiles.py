@@ -489,7 +489,7 @@ class ToolsTest(ReaderChecks, unittest.TestCase):
                                 objects)
 
     def test_alloc_tables(self):
-        # Without --folded the counts are alloc's tables, and pystack
+        # Without --folded the counts are alloc's tables, and usdt.stacks
         # writes the stacks a second time, folded, for the pprof file:
         # its total is the tables' total.
         path = os.path.join(self.tmp, "alloc.pb.gz")

@@ -17,12 +17,16 @@ import os
 import re
 import unittest
 
-from support import PYTHON, SERIES, TOP, registry, stapsdt_notes
+from support import (PYTHON, SERIES, TOP, registry, stapsdt_notes,
+                     usdt_module)
 
 USDT = os.path.join(TOP, "overlay", "Lib", "usdt", "scripts")
 HOWTO = os.path.join(TOP, "overlay", "Doc", "howto", "instrumentation.rst")
 PATCHES = os.path.join(TOP, "series", SERIES, "patches")
 TOOLS_PY = os.path.join(TOP, "overlay", "Lib", "usdt", "tools.py")
+# The C files of the glue: the watcher (pydtrace_arming.c) and the
+# helpers it asks whether their probes are armed.
+GLUE = os.path.join(TOP, "overlay", "Python")
 # The patched tree that make prepared (upstream's own probe sites).
 SOURCE = os.path.join(TOP, "build", SERIES, "src")
 EXTENSIONS = {"bpftrace": "bt", "dtrace": "d", "systemtap": "stp"}
@@ -43,6 +47,30 @@ def spelled(tracer, provider, name):
         return r"%s\$?\w*:::%s\b" % (provider, re.escape(
             name.replace("__", "-")))
     return r'mark\("%s"\)' % name
+
+
+def c_function_body(name):
+    """The body of the C function name(void) of the glue (GLUE)."""
+    for path in sorted(glob.glob(os.path.join(GLUE, "*.c"))):
+        match = re.search(r"\n%s\(void\)\n\{\n(.*?)\n\}\n" % name,
+                          read(path), re.S)
+        if match:
+            return match.group(1)
+    raise AssertionError("no function %s(void) in %s/*.c" % (name, GLUE))
+
+
+def enabled_probes(text):
+    """{(provider, NAME)} of the ENABLED() macros that text tests, NAME as
+    dtrace -h spells it (function__entry: FUNCTION_ENTRY); the helpers
+    that it calls, _PyDTrace_*Armed(), followed into their bodies."""
+    found = set()
+    for macro, name in re.findall(
+            r"\b(PyDTrace|OTEL_MEMORY)_(\w+?)_ENABLED\(\)", text):
+        found.add(("python" if macro == "PyDTrace" else "otel_memory",
+                   name))
+    for helper in re.findall(r"\b(_PyDTrace_\w+Armed)\(\)", text):
+        found |= enabled_probes(c_function_body(helper))
+    return found
 
 
 def howto_entries():
@@ -180,6 +208,43 @@ class RegistryTest(unittest.TestCase):
                             for word in [row["name"]] + row["bpftrace"]),
                             "%s names neither %s nor its scripts"
                             % (TOOLS_PY, row["name"]))
+
+    def test_watched_as_the_watcher_reads_them(self):
+        # probes_armed() of pydtrace_arming.c: each "if (...) { armed |=
+        # ARMED_GROUP; }" and the probes whose semaphores its condition
+        # reads, against the watched column.
+        arming = read(os.path.join(GLUE, "pydtrace_arming.c"))
+        flags = set(re.findall(r"^#define ARMED_(\w+) ", arming, re.M))
+        body = c_function_body("probes_armed")
+        theirs = {}
+        for condition, flag in re.findall(
+                r"if \((.*?)\)\s*\{\s*armed \|= ARMED_(\w+);", body, re.S):
+            theirs[flag.lower()] = enabled_probes(condition)
+        self.assertEqual(set(theirs), {flag.lower() for flag in flags})
+        ours = {}
+        for row in self.rows:
+            if row["watched"]:
+                ours.setdefault(row["watched"], set()).add(
+                    (row["provider"], row["name"].replace("__", "_").upper()))
+        self.assertEqual(ours, theirs)
+
+    def test_watched_tools(self):
+        # A tool waits for the watcher (Tool.watched) when its script uses
+        # a watched probe; the tools without a script run usdt.stacks, which
+        # waits for nothing.
+        tools = usdt_module("tools").TOOLS
+        waiting = 0
+        for tool in tools:
+            if tool.script is None:
+                continue
+            with self.subTest(tool=tool.name):
+                uses = [row for row in self.rows
+                        if tool.script in row["bpftrace"]]
+                self.assertTrue(uses, tool.script)
+                self.assertEqual(tool.watched,
+                                 any(row["watched"] for row in uses))
+                waiting += tool.watched
+        self.assertGreater(waiting, 0)
 
     def test_tested(self):
         for row in self.rows:

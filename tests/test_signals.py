@@ -2,7 +2,7 @@
 started with SIGINT ignored, as a shell script starts its background jobs
 (`python -m usdt.tools profile -p PID -d 10 &`).  Python leaves an
 inherited SIG_IGN alone, so without their own handler usdt.tools and the
-pystack it runs ignored the SIGINT that ends tracing: -d never ended.
+usdt.stacks it runs ignored the SIGINT that ends tracing: -d never ended.
 """
 
 import os
@@ -39,7 +39,7 @@ class IgnoredSigintTest(unittest.TestCase):
 
     def tool(self, *args):
         # -d 8: bpftrace 0.17 loses a SIGINT that comes before it has
-        # attached pystack's program, which takes seconds.
+        # attached the stack tool's program, which takes seconds.
         return run([PYTHON, "-m", "usdt.tools", *args, "-p",
                     str(self.app.pid), "-d", "8"], timeout=300,
                    preexec_fn=ignore_sigint)
@@ -51,8 +51,8 @@ class IgnoredSigintTest(unittest.TestCase):
         self.assertRegex(proc.stdout, r"@calls\[%s, work, 1\]: \d+"
                          % self.workload)
 
-    def test_pystack_tool_ends_at_d(self):
-        # profile: pystack, in usdt.tools' process, stops bpftrace.
+    def test_stack_tool_tool_ends_at_d(self):
+        # profile: usdt.stacks, in usdt.tools' process, stops bpftrace.
         proc = self.tool("profile")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn(";work (%s:2) " % self.workload, proc.stdout)

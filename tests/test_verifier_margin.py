@@ -6,7 +6,7 @@ A compiler or libbpf update on a user's machine moves these figures: a
 program near the limit is refused there (E2BIG) while it loads here.
 This fails first, at half the limit, so that the next drift is caught
 here.  The figures come from the verifier itself (usdt._bpftrace's
-verify(), `python -m usdt.pystack --verifier-stats`); docs/tools-cost.md
+verify(), `python -m usdt.stacks --verifier-stats`); docs/tools-cost.md
 lists them.  The stack depth is held under three quarters of the 512
 bytes of a BPF function: 0.27's whole-stack walk takes 360 (the
 variables of its bpf_loop() calls)."""
@@ -20,14 +20,14 @@ import unittest
 from support import (PYTHON, USDT_PACKAGE, bpftrace_module,
                      bpftrace_runner, require_bpftrace, run, usdt_module)
 
-TOOL = os.path.join(USDT_PACKAGE, "pystack")
+TOOL = os.path.join(USDT_PACKAGE, "stacks")
 SCRIPTS = os.path.join(USDT_PACKAGE, "scripts")
 
 # Each script's positional parameters after PYTHON, where it needs some
 # to load (pyprofile.bt's PID: any number loads it).
 SCRIPT_PARAMS = {"pyprofile.bt": ["1"]}
 
-# pystack's programs: at a timer, Python stacks, and whole stacks at
+# the stack tool's programs: at a timer, Python stacks, and whole stacks at
 # the default depths and at twice the default native depth; whole stacks
 # at a tracepoint and at a USDT marker (the walk is the same program at
 # any probe; the probe's context is not); alloc's program (weights and
@@ -84,14 +84,14 @@ class MarginTest(unittest.TestCase):
                           max(int(d) for d in depth.split("+"))))
         return stats
 
-    def test_pystack_programs(self):
+    def test_stack_tool_programs(self):
         for args in CASES:
             with self.subTest(args=" ".join(args)):
-                self.assertMargin("pystack " + " ".join(args),
+                self.assertMargin("usdt.stacks " + " ".join(args),
                                   self.pystack_stats(args))
 
     def test_alloc_program(self):
-        self.assertMargin("pystack " + " ".join(ALLOC),
+        self.assertMargin("usdt.stacks " + " ".join(ALLOC),
                           self.pystack_stats(ALLOC))
 
     def test_scripts(self):
@@ -153,7 +153,7 @@ class ParseTest(unittest.TestCase):
 
 
 class AdviceTest(unittest.TestCase):
-    """What pystack says when the kernel refuses its program (no bpftrace
+    """What usdt.stacks says when the kernel refuses its program (no bpftrace
     needed: a runner that refuses what is too deep)."""
 
     class Runner:
@@ -182,14 +182,12 @@ class AdviceTest(unittest.TestCase):
                         "code: -7 (Argument list too long)."), 255
 
     def advice(self, runner):
-        import argparse
-        tracing = usdt_module("pystack.tracing")
-        offsets = usdt_module("pystack.offsets")
-        args = argparse.Namespace(
-            pid=None, command=None, filter=None, native=True, libc=None,
-            max_depth=64, max_native=128, max_threads=64, weight="1",
-            size=None, live=None)
-        return tracing.refusal_advice(offsets.Interpreter(PYTHON), args,
+        tracing = usdt_module("stacks.tracing")
+        offsets = usdt_module("stacks.offsets")
+        config = usdt_module("stacks.api").Config(
+            probes=["profile:hz:99"], native=True, max_depth=64,
+            max_native=128)
+        return tracing.refusal_advice(offsets.Interpreter(PYTHON), config,
                                       ["profile:hz:99"], runner)
 
     def test_names_the_depths_that_load(self):

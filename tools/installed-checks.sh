@@ -103,8 +103,8 @@ expect_100_hits() {
 }
 
 # expect_tools_calls PYTHON SCRIPT: python -m usdt.tools calls, with the
-# ready scripts installed in usdt/scripts and pystack's program in
-# usdt/pystack (make install copies only the directories that
+# ready scripts installed in usdt/scripts and the stack tool's program in
+# usdt/stacks (make install copies only the directories that
 # LIBSUBDIRS names), counts the 100 calls of f in SCRIPT;
 # or skip for a reason bpftrace gave (fail under CI or REQUIRE_TRACER).
 # Static builds only: bpftrace 0.17's -c cannot find the probes of a
@@ -114,8 +114,8 @@ expect_tools_calls() {
     package=$("$py" -c 'import os, usdt; print(os.path.dirname(usdt.__file__))')
     [ -f "$package/scripts/top-functions.bt" ] ||
         die "top-functions.bt is not installed in $package/scripts"
-    [ -f "$package/pystack/program.bt" ] ||
-        die "pystack's program.bt is not installed in $package/pystack"
+    [ -f "$package/stacks/program.bt" ] ||
+        die "the stack tool's program.bt is not installed in $package/stacks"
     if ! command -v bpftrace > /dev/null; then
         skip_tracer "usdt.tools: bpftrace not found"
         return

@@ -49,6 +49,9 @@
 
 #ifdef WITH_DTRACE
 
+/* One flag per group of the probe registry's watched column
+ * (series/SERIES/probes.tsv): tests/test_registry.py checks that
+ * probes_armed() reads exactly the probes of each group. */
 #define ARMED_FUNCTION 0x1
 #define ARMED_LINE 0x2
 #define ARMED_CFUNCTION 0x4

@@ -19,7 +19,7 @@
  * perf map through one more file descriptor, a file perf reads after the
  * process has exited, so it stays in /tmp.  Without consent, arming the
  * marker does nothing at all; whole Python stacks then come from walking
- * the frames in BPF (Lib/usdt/pystack).
+ * the frames in BPF (Lib/usdt/stacks).
  *
  * With consent, what Python code sees stays as if no tracer were there,
  * except for those costs:

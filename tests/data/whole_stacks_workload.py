@@ -1,4 +1,4 @@
-"""A long-running workload for pystack --native -p (test_pystack_native).
+"""A long-running workload for usdt.stacks --native -p (test_stack_tool_native).
 
 usage: whole_stacks_workload.py [SECONDS]
 

@@ -31,7 +31,7 @@ try:
     from _usdt import MAX_ARGS, Probe, TracedFunction, traced
 except ImportError as error:
     # Another Python, running the tracing tools of this package by their
-    # path (python3 LIBDIR/usdt/pystack): they need none of this, and the
+    # path (python3 LIBDIR/usdt/stacks): they need none of this, and the
     # names say why they are missing when used.
     _missing = error
 

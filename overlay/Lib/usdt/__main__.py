@@ -28,15 +28,12 @@ every process that has usdt module probes is listed.
 import argparse
 import os
 import re
-import struct
 import sys
+
+from ._elf import PT_LOAD, ElfError, ElfFile
 
 # The files the usdt module writes: see Modules/_usdt/sites.c.
 MODULE_FILE = re.compile(r"/python-usdt-\d+-[^/]+/\d+-[^/]+\.so$")
-
-SHT_NOTE = 7
-PT_LOAD = 1
-NT_STAPSDT = 3
 
 
 class Probe:
@@ -51,56 +48,18 @@ class Probe:
 
 
 def read_notes(f, path):
-    """The stapsdt probes of the ELF file f, and its PT_LOAD segments as
-    (vaddr, offset, filesz); ([], []) for anything but a 64-bit
-    little-endian ELF file."""
-    header = f.read(64)
-    if (len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2
-            or header[5] != 1):
+    """The stapsdt probes of the ELF file open as f, and its PT_LOAD
+    segments as (vaddr, offset, filesz); ([], []) for anything but a
+    64-bit little-endian ELF file, or a damaged one."""
+    try:
+        elf = ElfFile(path, f)
+        probes = [Probe(probe.provider, probe.name, probe.arguments,
+                        probe.semaphore, path)
+                  for probe in elf.stapsdt_probes()]
+    except ElfError:
         return [], []
-    (phoff, shoff, _, _, phentsize, phnum, shentsize, shnum,
-     shstrndx) = struct.unpack_from("<QQIHHHHHH", header, 32)
-    segments = []
-    f.seek(phoff)
-    table = f.read(phentsize * phnum)
-    for i in range(phnum):
-        (p_type, _, p_offset, p_vaddr, _, p_filesz,
-         _, _) = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
-        if p_type == PT_LOAD:
-            segments.append((p_vaddr, p_offset, p_filesz))
-    if shoff == 0 or shnum == 0 or shstrndx >= shnum:
-        return [], segments
-    f.seek(shoff)
-    table = f.read(shentsize * shnum)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize)
-                for i in range(shnum)]
-    names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
-    f.seek(names_at)
-    names = f.read(names_size)
-    probes = []
-    for (sh_name, sh_type, _, _, sh_offset, sh_size, *_) in sections:
-        name = names[sh_name:names.find(b"\0", sh_name)]
-        if sh_type != SHT_NOTE or name != b".note.stapsdt":
-            continue
-        f.seek(sh_offset)
-        data = f.read(sh_size)
-        pos = 0
-        while pos + 12 <= len(data):
-            namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
-            pos += 12
-            owner = data[pos:pos + namesz]
-            pos += (namesz + 3) & ~3
-            desc = data[pos:pos + descsz]
-            pos += (descsz + 3) & ~3
-            if ntype != NT_STAPSDT or owner != b"stapsdt\0" or descsz < 27:
-                continue
-            _, _, semaphore = struct.unpack_from("<QQQ", desc)
-            fields = desc[24:].split(b"\0")
-            if len(fields) < 3:
-                continue
-            provider, probe, arguments = (
-                x.decode("utf-8", "replace") for x in fields[:3])
-            probes.append(Probe(provider, probe, arguments, semaphore, path))
+    segments = [(segment.vaddr, segment.offset, segment.filesz)
+                for segment in elf.segments if segment.type == PT_LOAD]
     return probes, segments
 
 

@@ -1,6 +1,6 @@
 """The one place that knows how each bpftrace version differs.
 
-usdt.tools and pystack run bpftrace through this module: it finds
+usdt.tools and usdt.stacks run bpftrace through this module: it finds
 bpftrace on PATH, reads its version once, gives it its string and map
 limits the way that version takes them, and tells its known harmless
 noise from what a person must see.
@@ -19,14 +19,17 @@ forky).  Another version is still tried, with both names of each limit.
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 TESTED = ((0, 17), (0, 23), (0, 27))
 # The BPFTRACE_PERF_RB_PAGES that environ() gives bpftrace, unless one is
 # set.  Up to 0.24 it sizes a buffer per CPU, 64 pages by default, which
-# lost records under load: 864 of test_pystack's GIL waits with 0.23,
+# lost records under load: 864 of test_stack_tool's GIL waits with 0.23,
 # and 3,495 of alloc's records with 0.17 on the free-threaded build.
 # 1024 pages per CPU lost none; on a machine of many CPUs, the tools
 # give each CPU less (per_cpu_pages()), so that the buffers take no more
@@ -183,7 +186,7 @@ class Bpftrace:
         """A config block that keeps a program's variables off the BPF
         stack, for a program with range loops: from 0.24, which passes
         their variables to each bpf_loop() callback on the caller's
-        stack.  pystack's whole-stack walk, with 0.27 and LLVM 21, was
+        stack.  the stack tool's whole-stack walk, with 0.27 and LLVM 21, was
         refused by bpftrace itself ("Stack size is too large") at a
         tracepoint; on_stack_limit = 0 puts every variable in a per-CPU
         scratch map instead, which the verifier also walks in 9,484
@@ -205,7 +208,7 @@ class Bpftrace:
         verifier" from 0.21 (the whole log, "stack depth" and "processed
         N insns" last), "-v" before (the log at level 1: "processed"
         only, no stack depth), with a log buffer large enough for the
-        whole log (bpftrace's default of 1 MB is not, for pystack's)."""
+        whole log (bpftrace's default of 1 MB is not, for the stack tool's)."""
         env = {"BPFTRACE_LOG_SIZE": str(VERIFIER_LOG_SIZE)}
         if self.version is None or self.version[:2] >= (0, 21):
             return ["-d", "verifier"], env
@@ -439,8 +442,8 @@ def find(tracefs=True):
     return _FOUND[path]
 
 
-# Set (to 1) by usdt.tools -v and pystack -v, and so seen by the
-# pystack that usdt.tools runs: name the bpftrace used, and show the
+# Set (to 1) by usdt.tools -v and usdt.stacks -v, and so seen by the
+# usdt.stacks that usdt.tools runs: name the bpftrace used, and show the
 # warnings that NoiseFilter would leave out.
 VERBOSE = "USDT_TOOLS_VERBOSE"
 
@@ -510,7 +513,7 @@ LOAD_REFUSED = re.compile(r"Error loading (?:BPF )?program")
 # (tests/test_verifier_margin.py, docs/tools-cost.md).
 VERIFIER_INSNS_LIMIT = 1000000
 VERIFIER_STACK_LIMIT = 512
-# Bytes of verifier log asked for with verifier_options(): pystack's
+# Bytes of verifier log asked for with verifier_options(): the stack tool's
 # programs write tens of MB at level 2; the kernel takes at most 1 GiB - 1
 # (a larger size is EINVAL).
 VERIFIER_LOG_SIZE = 1 << 29
@@ -613,7 +616,7 @@ NOISE = (
     re.compile(r"WARNING: Can't lookup map element because it does not "
                r"exist"),
     # 0.23 and 0.27: a sum or comparison of a kernel and a user value,
-    # which pystack's programs make in a kernel probe (a tracepoint):
+    # which the stack tool's programs make in a kernel probe (a tracepoint):
     # the values they read through uptr() are the user's, 0.27's
     # constants there the kernel's (0.23's casts of constants, which the
     # programs avoid).  Nothing depends on it: every read is uptr()'s.
@@ -707,6 +710,180 @@ class NoiseFilter:
             self._expansion = True
             self._lines = int(ranged.group(2)) - int(ranged.group(1)) + 1
         return ""
+
+
+# What bpftrace 0.17 says on stderr of a sample whose stack its stack map
+# lost (the sample counts in "@[]: N", which the profile tool reports).
+LOST_STACK = "failed to look up stack id"
+
+
+class Session:
+    """One bpftrace process, from its start to its exit: the one place
+    where the toolkit starts bpftrace and stops it.
+
+        session = Session(runner, [*options, program, *params], env)
+        session.start(stdout=reader)      # reader(pipe), in a thread
+        status = session.wait(seconds)    # Ctrl-C, or *seconds* after
+                                          # attached: SIGINT until it exits
+
+    Its stderr is copied to *stderr* (ours; None keeps it only) as it
+    comes, without bpftrace's known harmless warnings (noise, a
+    NoiseFilter, whose dropped counts the events that full maps refused)
+    and without 0.17's lost-stack lines; errors keeps what was shown, for
+    messages.  attached is an event that the stdout reader sets when the
+    program says it has attached; with detects_attach false the session
+    counts as attached from its start (a -c command, which bpftrace starts
+    once attached).  bpftrace 0.17 loses a SIGINT sent before it has
+    attached, and can miss one after: so the first goes once attached, and
+    another every second until it has exited."""
+
+    def __init__(self, runner, arguments, env=None, stderr=True,
+                 detects_attach=True):
+        self.runner = runner
+        self.command = [runner.path, *arguments]
+        self.env = env
+        self.stderr = sys.stderr.buffer if stderr is True else stderr
+        self.noise = NoiseFilter()
+        self.errors = []
+        self.attached = threading.Event()
+        if not detects_attach:
+            self.attached.set()
+        self.proc = None
+        self._threads = []
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def poll(self):
+        return self.proc.poll()
+
+    def start(self, stdout=None, workers=(), helpers=()):
+        """Start bpftrace, its stdout read by *stdout* (a function of the
+        pipe; None: to /dev/null); then the functions *workers*, each in
+        a thread that close() waits for, and the functions *helpers* of
+        this session, each in a daemon thread."""
+        self.proc = subprocess.Popen(
+            self.command, env=self.env,
+            stdout=subprocess.DEVNULL if stdout is None else subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        self._threads.append(threading.Thread(target=self._copy_stderr,
+                                              args=(self.proc.stderr,)))
+        if stdout is not None:
+            self._threads.append(threading.Thread(target=stdout,
+                                                  args=(self.proc.stdout,)))
+        self._threads += [threading.Thread(target=worker)
+                          for worker in workers]
+        for thread in self._threads:
+            thread.start()
+        for helper in helpers:
+            threading.Thread(target=helper, args=(self,),
+                             daemon=True).start()
+        return self
+
+    def _copy_stderr(self, pipe):
+        for line in iter(pipe.readline, b""):
+            shown = self.noise.keep(line.decode("utf-8", "replace"))
+            if not shown or LOST_STACK in shown:
+                continue
+            self.errors.append(shown)
+            if self.stderr is not None:
+                self.stderr.write(shown.encode("utf-8"))
+                self.stderr.flush()
+
+    def interrupt(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def wait(self, seconds=None, delay=0, announce=None):
+        """Wait for bpftrace to exit; its exit status.  It gets SIGINT
+        *seconds* (None: never) after it has attached and *delay* more
+        seconds have passed (when the markers that a watcher arms fire),
+        or at Ctrl-C (KeyboardInterrupt: SIGINT or SIGTERM to this
+        process), and again every second until it exits.  *announce*, a
+        text, goes to stderr once attached and *delay* has passed."""
+        proc = self.proc
+        since = deadline = None
+        ready = stopping = interrupted = False
+        try:
+            while True:
+                try:
+                    if not ready and self.attached.is_set():
+                        if since is None:
+                            since = time.monotonic()
+                        if time.monotonic() >= since + delay:
+                            ready = True
+                            if announce:
+                                sys.stderr.write(announce)
+                                sys.stderr.flush()
+                            if seconds is not None:
+                                deadline = time.monotonic() + seconds
+                            if interrupted:
+                                stopping = True
+                                self.interrupt()
+                    if not ready:
+                        timeout = 0.05
+                    elif stopping:
+                        timeout = 1
+                    elif deadline is None:
+                        timeout = None
+                    else:
+                        timeout = max(0, deadline - time.monotonic())
+                    proc.wait(timeout=timeout)
+                    break
+                except subprocess.TimeoutExpired:
+                    if ready and (stopping or deadline is not None
+                                  and time.monotonic() >= deadline):
+                        stopping = True
+                        self.interrupt()
+                except KeyboardInterrupt:
+                    interrupted = True
+                    if ready and proc.poll() is None:
+                        stopping = True
+                        self.interrupt()
+        finally:
+            self.close()
+        return proc.returncode
+
+    def stop(self, timeout=60):
+        """SIGINT now, and every second, until bpftrace exits (killed
+        after *timeout* seconds); its exit status."""
+        end = time.monotonic() + timeout
+        try:
+            while self.proc.poll() is None and time.monotonic() < end:
+                self.interrupt()
+                try:
+                    self.proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            self.close()
+        return self.proc.returncode
+
+    def stop_when_gone(self, pid):
+        """SIGINT bpftrace once process *pid* has ended (what -p does),
+        as a helper of start(): lambda session: session.stop_when_gone(
+        PID)."""
+        while self.proc.poll() is None:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                self.interrupt()
+                return
+            except PermissionError:
+                pass
+            time.sleep(0.5)
+
+    def close(self):
+        """Kill bpftrace if it still runs, and wait for its readers."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for thread in self._threads:
+            thread.join()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def forward_stdout(pipe, out, newlines):

@@ -16,6 +16,8 @@ usage (a check against readelf): python3 -m usdt._cfi FILE ADDRESS...
 import struct
 import sys
 
+from ._elf import PF_X, PT_LOAD, ElfFile
+
 # DWARF register numbers of x86-64 (the psABI's table).
 RBP, RSP, RA = 6, 7, 16
 
@@ -112,12 +114,13 @@ class EhFrame:
         section = elf.section(".eh_frame")
         if section is None:
             raise CfiError("%s has no .eh_frame" % elf.path)
-        self.data = elf.data
-        base, addr = section["offset"], section["addr"]
-        self.start, self.end = base, base + section["size"]
+        # Offsets from here on are in the section's bytes.
+        self.data = elf.section_data(section)
+        addr = section.addr
+        self.start, self.end = 0, len(self.data)
 
         def vaddr_of(offset):
-            return addr + offset - base
+            return addr + offset
 
         self.vaddr_of = vaddr_of
         self.cies = {}
@@ -338,20 +341,19 @@ def syscall_sites(elf):
     system call's entry.  A byte pair inside another instruction may be
     among them; such an address is never an instruction pointer there."""
     sites = []
-    for ptype, flags, offset, vaddr, _, filesz, _, _ in elf.segments:
-        if ptype != 1 or not flags & 1:  # PT_LOAD, PF_X
+    for segment in elf.segments:
+        if segment.type != PT_LOAD or not segment.flags & PF_X:
             continue
-        data = elf.data[offset:offset + filesz]
+        data = elf.segment_data(segment)
         at = data.find(b"\x0f\x05")
         while at != -1:
-            sites.append(vaddr + at + 2)
+            sites.append(segment.vaddr + at + 2)
             at = data.find(b"\x0f\x05", at + 1)
     return sites
 
 
 def main(argv):
-    from usdt.pystack.offsets import Elf
-    frames = EhFrame(Elf(argv[1]))
+    frames = EhFrame(ElfFile(argv[1]))
     for address in argv[2:]:
         print(hex(int(address, 0)), frames.row(int(address, 0)))
 

@@ -1,7 +1,7 @@
 """Import the package usdt from a directory, under any Python 3.
 
-pystack runs by its path under a Python whose usdt, if it has one, is not
-this one (python3 LIBDIR/usdt/pystack), and the tests import the source
+usdt.stacks runs by its path under a Python whose usdt, if it has one, is not
+this one (python3 LIBDIR/usdt/stacks), and the tests import the source
 tree's copy: neither may put the directory above usdt on sys.path, for it
 is another Python's standard library.  Both reach this file by its path
 (runpy.run_path), before any of the package is imported, and call

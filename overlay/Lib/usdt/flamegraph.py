@@ -5,7 +5,7 @@
 
 The input is the folded format, one stack per line, root first, frames
 separated by ";", then a space and a count ("main;work;leaf 42"): what
-python -m usdt.pystack --folded, the folding of pyprofile.bt's stacks and
+python -m usdt.stacks --folded, the folding of pyprofile.bt's stacks and
 python -m usdt.tools latency --folded (usdt/scripts/callpaths.bt's wall time
 by call path) print.  Each frame is a
 rectangle whose width is its share of the total count: the count of the

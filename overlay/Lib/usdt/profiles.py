@@ -7,7 +7,7 @@
 
 The input is folded stacks, as the tools print them ("root;...;leaf N",
 python -m usdt.flamegraph's format).  A frame written "NAME (FILE:LINE)"
-(a Python frame: pystack, latency's call paths, py:: frames of native
+(a Python frame: usdt.stacks, latency's call paths, py:: frames of native
 stacks) keeps its function name, file and line; "SYMBOL (LIBRARY)" (a
 native frame of --native stacks) its symbol and library, which becomes a
 pprof mapping; any other frame is a name alone.
@@ -334,7 +334,7 @@ def write_profiles(folded, pprof_path=None, speedscope_path=None,
         if set(counted) - wanted:
             raise Error("%d stacks of the extra values are not among the "
                         "profile's" % len(set(counted) - wanted))
-        # A stack that parse_folded gives twice (never, from pystack)
+        # A stack that parse_folded gives twice (never, from usdt.stacks)
         # would have its extra value twice.
         samples = [(frames, values + [counted[tuple(frames)]])
                    for frames, values in samples]

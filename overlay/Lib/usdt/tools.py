@@ -11,8 +11,8 @@ interpreter, with the same options everywhere:
     -f TEXT       keep only the entries whose key contains TEXT (a module,
                   a file, a function)
 
-The tools are the ready bpftrace scripts of usdt/scripts, and pystack
-(usdt.pystack, run in this process) for stacks, alloc and profile, run
+The tools are the ready bpftrace scripts of usdt/scripts, and usdt.stacks
+(usdt.stacks, run in this process) for stacks, alloc and profile, run
 with the limits each one needs (its string length and map size, set the
 way the bpftrace found takes them: see usdt._bpftrace, which also says
 which versions are tested), warning of each update a
@@ -31,16 +31,14 @@ Needs root and bpftrace.
 
 import argparse
 import collections
+import io
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
-import time
 
 from usdt import _bpftrace, profiles
 
@@ -59,7 +57,9 @@ class Tool:
         self.keys = keys
         # Its markers (function, line, C function, exception) fire in a
         # running process only once the interpreter's watcher thread has
-        # seen them armed: within a second.
+        # seen them armed: within a second.  True for the tools whose
+        # script uses a probe of the registry's watched column
+        # (series/SERIES/probes.tsv; test_registry checks both agree).
         self.watched = watched
 
 
@@ -179,7 +179,7 @@ def filter_output(text, needle):
 
 
 def filter_stacks(text, needle):
-    """The stacks of pystack's output that have a frame holding
+    """The stacks of the stack tool's output that have a frame holding
     needle: folded lines, or blocks of a count and its frames."""
     blocks = re.split(r"(?<=\n)\n", text) if "\n\n" in text else None
     if blocks is None:
@@ -203,31 +203,13 @@ def drop_warnings(text):
     return "".join(out), dropped + noise.dropped
 
 
-# What bpftrace 0.17 says of a sample whose stack its stack map lost (the
-# sample counts in "@[]: N", which the profile tool reports).
-LOST_STACK = b"failed to look up stack id"
-
-
-def forward_stderr(pipe, out, noise=None):
-    """Copy a tracer's stderr to out, but for bpftrace's known harmless
-    warnings, those of full maps (counted in noise, a NoiseFilter) and
-    its lost stacks."""
-    if noise is None:
-        noise = _bpftrace.NoiseFilter()
-    for line in iter(pipe.readline, b""):
-        line = noise.keep(line)
-        if line and LOST_STACK not in line:
-            out.write(line)
-            out.flush()
-
-
-def collect_stdout(pipe, lines, seen):
-    """Keep bpftrace's output lines in *lines*, and set the event *seen*
-    when the line ATTACHED comes."""
+def collect_stdout(pipe, lines, attached):
+    """Keep bpftrace's output lines in *lines*, and set the event
+    *attached* when the line ATTACHED comes."""
     for line in iter(pipe.readline, b""):
         text = line.decode("utf-8", "replace")
         if text.rstrip("\n") == ATTACHED:
-            seen.set()
+            attached.set()
         else:
             lines.append(text)
 
@@ -236,96 +218,6 @@ def collect_stdout(pipe, lines, seen):
 # thread's poll (once a second), and a margin for the interpreter's threads
 # to notice its request.
 WATCHER_DELAY = 1.5
-
-
-def run_until_done(cmd, env, runner, seconds, capture=False,
-                   announce=None, delay=0, noise=None):
-    """Run cmd, a command of the bpftrace *runner*; SIGINT it at the end of *seconds* or at Ctrl-C (and every
-    second after, since bpftrace 0.17 can miss one) until it exits.
-    Returns (its exit status, its output if *capture*, else "").
-
-    With *capture*, cmd is a bpftrace program that prints ATTACHED once
-    its probes are attached, on its standard output (a pipe, unbuffered
-    with -B none; bpftrace 0.17 writes -o's file in blocks): the seconds
-    count from then, and no SIGINT is sent before (bpftrace 0.17 loses a
-    SIGINT that comes before it has attached; a Ctrl-C then waits), and
-    *announce*, a text, goes to standard error then: *delay* seconds
-    after it has attached.  *noise*, a NoiseFilter, counts the events
-    that bpftrace's stderr says full maps dropped."""
-    if noise is None:
-        noise = _bpftrace.NoiseFilter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    lines = []
-    seen = threading.Event()
-    since = []
-    copiers = [threading.Thread(target=forward_stderr,
-                                args=(proc.stderr, sys.stderr.buffer,
-                                      noise))]
-    if capture:
-        copiers.append(threading.Thread(target=collect_stdout,
-                                        args=(proc.stdout, lines, seen)))
-
-        def attached():
-            if not seen.is_set():
-                return False
-            if not since:
-                since.append(time.monotonic())
-            return time.monotonic() >= since[0] + delay
-    else:
-        copiers.append(threading.Thread(
-            target=_bpftrace.forward_stdout,
-            args=(proc.stdout, sys.stdout.buffer, runner.exit_newlines)))
-        attached = None
-    for copier in copiers:
-        copier.start()
-    ready = attached is None
-    deadline = None
-    if ready and seconds is not None:
-        deadline = time.monotonic() + seconds
-    stopping = interrupted = False
-    try:
-        while True:
-            try:
-                if not ready and attached():
-                    ready = True
-                    if announce:
-                        sys.stderr.write(announce)
-                        sys.stderr.flush()
-                    if seconds is not None:
-                        deadline = time.monotonic() + seconds
-                    if interrupted:
-                        stopping = True
-                        proc.send_signal(signal.SIGINT)
-                if not ready:
-                    timeout = 0.05
-                elif stopping:
-                    timeout = 1
-                elif deadline is None:
-                    timeout = None
-                else:
-                    timeout = max(0, deadline - time.monotonic())
-                proc.wait(timeout=timeout)
-                break
-            except subprocess.TimeoutExpired:
-                if ready and (stopping or deadline is not None
-                              and time.monotonic() >= deadline):
-                    stopping = True
-                    proc.send_signal(signal.SIGINT)
-            except KeyboardInterrupt:
-                interrupted = True
-                if ready and proc.poll() is None:
-                    stopping = True
-                    proc.send_signal(signal.SIGINT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for copier in copiers:
-            copier.join()
-        proc.stdout.close()
-        proc.stderr.close()
-    return proc.returncode, "".join(lines)
 
 
 # Appended to a script: bpftrace attaches probes in the order of the
@@ -362,7 +254,6 @@ def trace(tool, script, args, extra, strlen=None):
     not the tool's."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
-    bpftrace = runner.path
     keys = args.map_keys or tool.keys
     env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
@@ -374,29 +265,39 @@ def trace(tool, script, args, extra, strlen=None):
                 text = f.read()
             with open(program, "w") as f:
                 f.write(text + ATTACHED_PROBE)
-            cmd = [bpftrace, *runner.drop_flags(), "-q", "-B", "none",
+            cmd = [*runner.drop_flags(), "-q", "-B", "none",
                    program, args.binary,
                    *extra, "-p", str(args.pid)]
         else:
             # Its output in a file: standard output is the command's.
             # bpftrace starts the command once it has attached.
-            cmd = [bpftrace, *runner.drop_flags(), "-q", "-o", output,
+            cmd = [*runner.drop_flags(), "-q", "-o", output,
                    script_path(script), args.binary, *extra,
                    "-c", args.command]
-        noise = _bpftrace.NoiseFilter()
-        status, text = run_until_done(
-            cmd, env, runner, args.duration, capture=args.pid is not None,
-            noise=noise,
+        session = _bpftrace.Session(runner, cmd, env,
+                                    detects_attach=args.pid is not None)
+        lines = []
+        if args.pid is not None:
+            session.start(stdout=lambda pipe: collect_stdout(
+                pipe, lines, session.attached))
+        else:
+            session.start(stdout=lambda pipe: _bpftrace.forward_stdout(
+                pipe, sys.stdout.buffer, runner.exit_newlines))
+        status = session.wait(
+            args.duration,
+            delay=WATCHER_DELAY if tool.watched and args.pid is not None
+            else 0,
             announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
-            "the results\n" % (tool.name, args.pid),
-            delay=WATCHER_DELAY if tool.watched else 0)
+            "the results\n" % (tool.name, args.pid)
+            if args.pid is not None else None)
+        text = "".join(lines)
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
     text = "".join(line for line in text.splitlines(keepends=True)
                    if line.rstrip("\n") != "@usdt_tools_attached: 1")
     text, dropped = drop_warnings(_bpftrace.normalize(text))
-    dropped += noise.dropped
+    dropped += session.noise.dropped
     # bpftrace 0.17 ends its output with empty lines.
     text = text.strip("\n") + "\n" if text.strip() else ""
     if dropped:
@@ -414,7 +315,7 @@ COUNTER_LINE = re.compile(r"^@(collisions|too_deep): (\d+)$")
 
 def fold_callpaths(text):
     """Folded stacks of callpaths.bt's output, weighted by own time in
-    nanoseconds, frames as pystack names them ("name (file:line)",
+    nanoseconds, frames as usdt.stacks names them ("name (file:line)",
     the line of the def); and its counters (collisions, too_deep)."""
     maps = collections.defaultdict(dict)
     counters = collections.Counter()
@@ -517,15 +418,14 @@ def write_profiles(args, folded, **kinds):
 def profile_kinds(args):
     """write_profiles()'s sample types for profile, stacks and alloc."""
     if args.tool == "profile":
-        # pyprofile.bt (--native) samples at 99 Hz.
-        period = 10 ** 9 // (99 if args.native else args.hz)
+        period = 10 ** 9 // args.hz
         return dict(sample_types=(("samples", "count"),
                                   ("cpu", "nanoseconds")),
                     scale=(1, period), period_type=("cpu", "nanoseconds"),
                     period=period)
     if args.tool == "alloc":
         # The bytes first: pprof's default (default_sample_type) and
-        # speedscope's weights; then the objects (extra: pystack's
+        # speedscope's weights; then the objects (extra: the stack tool's
         # --also-folded-objects).
         prefix = "inuse" if args.live else "alloc"
         return dict(sample_types=((prefix + "_space", "bytes"),
@@ -543,119 +443,115 @@ def write(args, text):
         sys.stdout.flush()
 
 
-def run_pystack(args, pystack_args):
-    """(status, counts) of pystack (usdt.pystack) run with pystack_args,
-    in this process; with --pprof or --speedscope in args, their files
-    are written of the same stacks (pystack's --also-folded)."""
-    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
-        # pystack's counts go to a file of their own; standard output is
-        # the -c command's.
-        output = os.path.join(tmp, "stacks")
-        wanted = getattr(args, "pprof", None) or getattr(args, "speedscope",
-                                                         None)
-        # Folded counts are already what the profiles are made of.
-        folded = (output if "--folded" in pystack_args
-                  else os.path.join(tmp, "folded"))
-        # alloc's profiles have the objects too (--size).
-        objects = (os.path.join(tmp, "objects")
-                   if wanted and "--size" in pystack_args else None)
-        # -d counts from when bpftrace has attached (pystack knows), not
-        # from now: compiling takes seconds on a loaded machine.
-        argv = ["--python", args.binary, "--output", output, *pystack_args,
-                *(["--duration", str(args.duration)]
-                  if args.duration is not None else []),
-                *(["--also-folded", folded]
-                  if wanted and folded != output else []),
-                *(["--also-folded-objects", objects] if objects else []),
-                *target_args(args)]
-        status = run_in_process(argv)
-        # (Before the counts' check: alloc's tables give pystack an
-        # --output of their own.)
-        if wanted and os.path.exists(folded):
-            with open(folded, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            if args.filter:
-                text = filter_stacks(text, args.filter)
-            kinds = profile_kinds(args)
-            if objects is not None and os.path.exists(objects):
-                with open(objects, encoding="utf-8",
-                          errors="replace") as f:
-                    counted = f.read()
-                if args.filter:
-                    counted = filter_stacks(counted, args.filter)
-                kinds["extra"] = counted
-            elif "default_type" in kinds:
-                # No objects counted (pystack ended first): the bytes.
-                kinds["sample_types"] = kinds["sample_types"][:1]
-            write_profiles(args, text, **kinds)
-        if not os.path.exists(output):
-            # pystack failed before counting (said why, on stderr).
-            return status, ""
-        with open(output, encoding="utf-8", errors="replace") as f:
-            return status, f.read()
+def stack_config(args, probe, **options):
+    """The stack tool's Config for the tool that args name: *probe* in the
+    process that args target, with the walker's limits that args give,
+    and *options* (fields of Config)."""
+    from usdt.stacks import Config
+    for option in ("max_depth", "max_native"):
+        if getattr(args, option, None) is not None:
+            options[option] = getattr(args, option)
+    return Config(probes=[probe], python=args.binary, pid=args.pid,
+                  command=args.command, duration=args.duration, **options)
 
 
-def run_in_process(argv):
-    """pystack's exit status for argv.  Ctrl-C (SIGINT) and SIGTERM stop
-    its tracing, which it then counts; the handlers of this process are
-    put back after it (pystack ignores SIGINT while it counts).  Imported
-    here: the script tools and --help need none of pystack (nor its
-    program.bt read)."""
-    from usdt.pystack import cli as pystack
+def run_stacks(args, config):
+    """The stack tool's Result for *config*, traced in this process, or
+    None when it failed (said why on stderr).  Ctrl-C (SIGINT) and
+    SIGTERM stop its tracing, which it then counts; the handlers of this
+    process are put back after it.  Imported here: the script tools and
+    --help need none of the stack tool (nor its program.bt read).  With
+    --pprof or --speedscope in args, their files are written of the same
+    stacks."""
+    from usdt.stacks import Error as StacksError, trace, output
     handlers = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, pystack.interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     try:
-        return pystack.run(argv)
-    except SystemExit as exit:
-        # Its options refused (argparse said why).
-        return exit.code if isinstance(exit.code, int) else 2
+        result = trace(config)
+    except StacksError as error:
+        sys.stderr.write("usdt.stacks: %s\n" % error)
+        return None
     except KeyboardInterrupt:
         # Before bpftrace started: nothing traced, nothing to count.
-        return 130
+        return None
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+    output.write_notes(result, sys.stderr, "usdt.stacks")
+    if getattr(args, "pprof", None) or getattr(args, "speedscope", None):
+        text = folded_text(result)
+        if args.filter:
+            text = filter_stacks(text, args.filter)
+        kinds = profile_kinds(args)
+        if result.objects is not None:
+            counted = folded_text(result, objects=True)
+            if args.filter:
+                counted = filter_stacks(counted, args.filter)
+            kinds["extra"] = counted
+        elif "default_type" in kinds:
+            # No objects counted: the bytes.
+            kinds["sample_types"] = kinds["sample_types"][:1]
+        write_profiles(args, text, **kinds)
+    return result
+
+
+def folded_text(result, objects=False):
+    """The stacks of *result* folded (with *objects*, the objects each
+    stack stands for)."""
+    from usdt.stacks import output
+    out = io.StringIO()
+    if objects:
+        output.write_folded_objects(result, out)
+    else:
+        output.write_folded(result, out)
+    return out.getvalue()
+
+
+def interrupt(signum, frame):
+    """SIGTERM's handler while stacks are traced: stop tracing and print,
+    as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def add_walker_limits(parser):
-    """The options of pystack's limits, for a tool that runs it."""
+    """The options of the stack tool's limits, for a tool that runs it."""
     parser.add_argument("--max-depth", type=int, metavar="N",
                         help="Python frames kept per stack (default 64)")
     parser.add_argument("--max-entries", type=int, metavar="N",
-                        help="no effect (pystack decodes the frames' "
+                        help="no effect (usdt.stacks decodes the frames' "
                         "lines in user space, without a budget); "
                         "accepted for the scripts that give it")
 
 
-def walker_options(args):
-    """pystack's limits that args gives (--max-depth, --max-entries,
-    --max-native)."""
-    options = []
-    for option in ("max_depth", "max_entries", "max_native"):
-        if getattr(args, option, None) is not None:
-            options += ["--" + option.replace("_", "-"),
-                        str(getattr(args, option))]
-    return options
-
-
 def stacks_command(args):
-    options = ["--probe", args.probe]
-    for flag in ("folded", "json", "native"):
-        if getattr(args, flag):
-            options.append("--" + flag.replace("_", "-"))
-    options += walker_options(args)
-    status, text = run_pystack(args, options)
-    if args.filter and args.json and text.strip():
-        rows = [row for row in json.loads(text)
-                if any(args.filter in str(value) for frame in row["frames"]
-                       for value in frame.values())]
+    from usdt.stacks import output
+    result = run_stacks(args, stack_config(args, args.probe,
+                                           native=args.native))
+    if result is None:
+        return 2
+    if args.json:
+        rows = output.json_rows(result.stacks)
+        if args.filter:
+            rows = [row for row in rows
+                    if any(args.filter in str(value)
+                           for frame in row["frames"]
+                           for value in frame.values())]
         text = json.dumps(rows, indent=1) + "\n"
-    elif args.filter:
-        text = filter_stacks(text, args.filter)
+    else:
+        text = (folded_text(result) if args.folded
+                else writer_text(output.write_counts, result))
+        if args.filter:
+            text = filter_stacks(text, args.filter)
     write(args, text)
-    return status
+    return result.status
+
+
+def writer_text(writer, result):
+    out = io.StringIO()
+    writer(result, out)
+    return out.getvalue()
 
 
 def alloc_command(args):
@@ -665,31 +561,24 @@ def alloc_command(args):
     allocated since the tracer attached).  Printed as tables by line,
     function and file of the innermost Python frame, or per stack
     (--stacks), or folded."""
-    options = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight",
-               "arg2", "--size", "arg1", *walker_options(args)]
-    if args.live:
-        options += ["--live", "arg0", "usdt:PYTHON:otel_memory:free",
-                    "arg0"]
-    if args.folded:
-        options.append("--folded")
+    from usdt.stacks import output
+    config = stack_config(
+        args, "usdt:PYTHON:otel_memory:alloc", weight="arg2", size="arg1",
+        live=("arg0", "usdt:PYTHON:otel_memory:free", "arg0")
+        if args.live else None)
+    result = run_stacks(args, config)
+    if result is None:
+        return 2
     if args.folded or args.stacks:
-        status, text = run_pystack(args, options)
+        text = (folded_text(result) if args.folded
+                else writer_text(output.write_counts, result))
         if args.filter:
             text = filter_stacks(text, args.filter)
         write(args, text)
-        return status
-    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
-        counts = os.path.join(tmp, "counts.json")
-        # The -c command's own output, then the tables.
-        status, text = run_pystack(args, options + ["--json", "--output",
-                                                    counts])
-        if not os.path.exists(counts):
-            # pystack said why (bpftrace's error, a refusal): no
-            # tables of nothing.
-            write(args, text)
-            return status or 2
-        with open(counts, encoding="utf-8") as f:
-            rows = json.load(f)
+        return result.status
+    status = result.status
+    rows = output.json_rows(result.stacks)
+    text = ""
     tables = alloc_tables(rows, args.live, args.by, args.top, args.filter)
     write(args, text + tables)
     if args.live and args.command and not rows:
@@ -712,7 +601,7 @@ ALLOC_KEYS = {
 
 
 def alloc_tables(rows, live, by, top, needle):
-    """The tables of usdt.tools alloc: pystack's JSON rows (count =
+    """The tables of usdt.tools alloc: the stack tool's JSON rows (count =
     the weights of the stack's samples) summed by the innermost frame's
     line, function and file, the largest first."""
     what = ("Bytes still allocated when tracing stopped, of those "
@@ -740,119 +629,20 @@ def alloc_tables(rows, live, by, top, needle):
     return "".join(out)
 
 
-def fold_ustacks(text):
-    """(folded stacks, "root;...;leaf count" lines, of bpftrace's printed
-    @[ustack] counts, as the awk program of pyprofile.bt's header folds
-    them; the samples whose stack bpftrace lost, "@[]: N")."""
-    folded = {}
-    stack = None
-    lost = 0
-    for line in text.splitlines():
-        if line.startswith("@[]: "):
-            lost += int(line[5:])
-        elif line == "@[":
-            stack = []
-        elif line.startswith("]: ") and stack is not None:
-            key = ";".join(reversed(stack))
-            folded[key] = folded.get(key, 0) + int(line[3:])
-            stack = None
-        elif line.startswith(" ") and stack is not None:
-            stack.append(re.sub(r"\+[0-9]+$", "", line.strip()))
-    return "".join("%s %d\n" % item for item in sorted(folded.items())
-                   if item[0]), lost
-
-
-def stop_arming(proc):
-    """End the bpftrace that armed a marker (SIGINT), and show its
-    errors, but for the known harmless warnings, if it failed."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    if proc.returncode not in (0, -signal.SIGINT):
-        noise = _bpftrace.NoiseFilter()
-        sys.stderr.write("".join(noise.keep(line) for line in
-                                 err.decode("utf-8", "replace")
-                                 .splitlines(keepends=True)))
-
-
-def native_profile(args):
-    """pyprofile.bt, with the environment and the PID it needs: native
-    stacks, with py:: frames in a process started with -X dtrace_stacks."""
-    if args.pid is None:
-        raise Error("--native samples a running process: give -p PID")
-    runner = _bpftrace.find()
-    sys.stderr.write(_bpftrace.untested_note(runner))
-    bpftrace = runner.path
-    # One symbol table per process: bpftrace 0.17 otherwise reads the
-    # interpreter's symbols again for each stack.
-    env = dict(os.environ, BPFTRACE_CACHE_USER_SYMBOLS="1")
-    script = [script_path("pyprofile.bt"), args.binary, str(args.pid)]
-    target = ["-p", str(args.pid)]
-    arming = None
-    if runner.pid_samples_main_thread and runner.probe_filter:
-        # -p would keep the profile probe to the process's main thread
-        # (0.24 and later): the marker is armed by a bpftrace of its own
-        # with -p, and the samples taken without it, pyprofile.bt's
-        # filter keeping to the process.
-        arming = subprocess.Popen(
-            [bpftrace, "-q", "-p", str(args.pid), "--probe-filter",
-             "^usdt:"] + script, env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE)
-        target = ["--probe-filter", "^(BEGIN|profile:)"]
-    elif runner.pid_samples_main_thread:
-        sys.stderr.write("usdt.tools profile: this bpftrace samples only "
-                         "the main thread of a process given with -p, and "
-                         "has no --probe-filter to arm the marker "
-                         "without it (0.25 and later)\n")
-    with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
-        output = os.path.join(tmp, "output")
-        cmd = [bpftrace, "-q", "-o", output] + target + script
-        try:
-            status, _ = run_until_done(cmd, env, runner, args.duration)
-        finally:
-            if arming is not None:
-                stop_arming(arming)
-        text = ""
-        if os.path.exists(output):
-            with open(output, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-    folded, lost = fold_ustacks(text)
-    if lost:
-        sys.stderr.write("usdt.tools profile: %d samples without their "
-                         "stack: bpftrace 0.17's stack map lost them\n"
-                         % lost)
-    return status, folded
-
-
 def profile_command(args):
-    if args.native and walker_options(args):
-        raise Error("--max-depth and --max-entries limit the Python stacks "
-                    "that pystack walks; --native takes perf's native "
-                    "stacks instead")
-    if args.native:
-        status, text = native_profile(args)
+    if args.pid is not None:
+        where = "pid == %d" % args.pid
     else:
-        if args.pid is not None:
-            where = "pid == %d" % args.pid
-        else:
-            where = "pid == cpid"
-        status, text = run_pystack(args, ["--probe", "profile:hz:%d"
-                                          % args.hz, "--filter", where,
-                                          "--folded", *walker_options(args)])
-    if status and not text:
-        # pystack said why (a free-threaded build, bpftrace's error).
-        return status
+        where = "pid == cpid"
+    result = run_stacks(args, stack_config(
+        args, "profile:hz:%d" % args.hz, filter=where, native=args.native))
+    if result is None:
+        return 2
+    status, text = result.status, folded_text(result)
     if args.filter:
         text = filter_stacks(text, args.filter)
     if args.svg:
         draw(args.svg, text, "<profile>", "no samples", "CPU profile")
-    if args.native:
-        # pystack wrote them of the same stacks otherwise.
-        write_profiles(args, text, **profile_kinds(args))
     write(args, text)
     return status
 
@@ -990,9 +780,12 @@ def main(argv=None):
                              help="also draw the flame graph in FILE")
             add_walker_limits(sub)
             sub.add_argument("--native", action="store_true",
-                             help="native stacks, with the Python functions "
-                             "named (py::) in a process started with -X "
-                             "dtrace_stacks (pyprofile.bt; -p only, 99 Hz)")
+                             help="whole stacks: the native frames, each "
+                             "activation of the evaluator replaced by the "
+                             "Python frames it runs (as stacks --native)")
+            sub.add_argument("--max-native", type=int, metavar="N",
+                             help="native frames kept per stack with "
+                             "--native (default 128)")
         if tool.name in PROFILE_KINDS:
             sub.add_argument("--pprof", metavar="FILE",
                              help="also write the %s as a gzipped pprof "

@@ -8,8 +8,8 @@ import struct
 
 from .. import _bpftrace, _cfi
 from .._bpftrace import Error
-from .offsets import (COOKIE, Elf, FRAME_OWNED_BY_CSTACK, PF_X, PT_LOAD,
-                      THREAD_SIZE)
+from .._elf import PF_X, PT_LOAD, ElfError, ElfFile
+from .offsets import COOKIE, FRAME_OWNED_BY_CSTACK, THREAD_SIZE
 
 
 def _templates():
@@ -162,7 +162,7 @@ LIBC_FIND = TEMPLATES["LIBC_FIND"]
 # (LIBC_STEP's window): the stack from
 # rsp, eight words a record, up to the frame pointer where the walk goes
 # on and its return address, at most WINDOW_BATCHES * 64 bytes, which
-# pystack unwinds with libc's CFI (native.unwind_window()): the
+# usdt.stacks unwinds with libc's CFI (native.unwind_window()): the
 # allocator's and the string functions' frames take one or two records,
 # pthread_create()'s nine.  Twelve (768 bytes), chosen when sixteen made
 # 0.27 refuse the program for profile (E2BIG; since then the record's
@@ -180,20 +180,22 @@ class Libc:
 
     def __init__(self, path):
         self.path = path
-        elf = Elf(path)
-        note = elf.section(".note.gnu.build-id")
-        if note is None:
+        try:
+            elf = ElfFile(path)
+        except ElfError as error:
+            raise Error(str(error)) from None
+        note = elf.build_id()
+        if note is None or len(note.desc) < 8:
             raise Error("%s has no build ID" % path)
-        # Elf64_Nhdr (namesz, descsz, type) and "GNU\0", then the ID.
-        self.build_id_vaddr = note["addr"] + 16
-        self.build_id, = struct.unpack_from("<Q", elf.data,
-                                            note["offset"] + 16)
+        # The program knows libc by the first 8 bytes of its ID.
+        self.build_id_vaddr = note.desc_vaddr
+        self.build_id, = struct.unpack_from("<Q", note.desc)
         frames = _cfi.EhFrame(elf)
         # Its code (the executable segment), where a sample's window is
-        # taken, and its CFI, with which pystack unwinds the window.
-        texts = [(vaddr, vaddr + memsz)
-                 for ptype, flags, _, vaddr, _, _, memsz, _ in elf.segments
-                 if ptype == PT_LOAD and flags & PF_X]
+        # taken, and its CFI, with which usdt.stacks unwinds the window.
+        texts = [(segment.vaddr, segment.vaddr + segment.memsz)
+                 for segment in elf.segments
+                 if segment.type == PT_LOAD and segment.flags & PF_X]
         if len(texts) != 1:
             raise Error("%s has %d executable segments, not 1"
                         % (path, len(texts)))

@@ -3,23 +3,21 @@ they come, the code objects they name read while it traces (follow()), and
 the hold that keeps a -c command's code objects readable at its exit
 (ExitHold)."""
 
-import argparse
+import dataclasses
 import os
 import queue
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from .. import _bpftrace
 from .._bpftrace import Error
 from .offsets import DEFAULT_STRLEN, RECORD
 from .program import hold, program, program_maps
-from .records import CodeReader, frame_keys
+from .records import CodeReader, Kind, frame_keys
 from .native import Symbolizer
 
 
@@ -53,67 +51,6 @@ def expand_probe(probe, python):
                     for field in fields)
 
 
-def forward_stderr(pipe, out, copy):
-    """Copy bpftrace's stderr to out, but for its known harmless
-    warnings, and keep what it copied in the list copy for error
-    messages (filtered, and counted in left_out_note(), once)."""
-    noise = _bpftrace.NoiseFilter()
-    for line in iter(pipe.readline, b""):
-        shown = noise.keep(line.decode("utf-8", "replace"))
-        if shown:
-            copy.append(shown)
-            out.write(shown.encode("utf-8"))
-            out.flush()
-
-
-def run_threads(proc, threads, args, interp_path, attached=None):
-    """Start *threads*, and with --native the reader of the traced
-    process's mappings, and wait for bpftrace and them; its Symbolizer.
-    With --duration, stop bpftrace that long after the event *attached*
-    is set; after Ctrl-C, at once.  Either way SIGINT is sent again every
-    second until bpftrace ends: bpftrace 0.17 can lose one, and one sent
-    before it has attached is lost."""
-    symbolizer = None
-    if args.native:
-        symbolizer = Symbolizer(interp_path)
-        threads.append(threading.Thread(
-            target=watch_mappings,
-            args=(proc, args.pid, symbolizer, interp_path),
-            daemon=True))
-    for thread in threads:
-        thread.start()
-    duration = getattr(args, "duration", None)
-    deadline = None
-    while True:
-        try:
-            timeout = None
-            if deadline is not None and duration is None:
-                # Stopping on Ctrl-C.
-                timeout = max(0, deadline - time.monotonic())
-            elif duration is not None:
-                if deadline is None and attached is not None and (
-                        attached.is_set()):
-                    deadline = time.monotonic() + duration
-                timeout = (0.05 if deadline is None
-                           else max(0, deadline - time.monotonic()))
-            proc.wait(timeout=timeout)
-            for thread in threads:
-                thread.join()
-            break
-        except subprocess.TimeoutExpired:
-            if deadline is not None and time.monotonic() >= deadline:
-                proc.send_signal(signal.SIGINT)
-                deadline += 1
-        except KeyboardInterrupt:
-            # Ctrl-C, or SIGINT or SIGTERM to this process: bpftrace
-            # stops on SIGINT (twice does no harm), and prints.
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-            duration = None
-            deadline = time.monotonic() + 1
-    return symbolizer
-
-
 # The empty lines bpftrace writes on its stdout when it ends, when its
 # output is not an -o file (Bpftrace.exit_newlines: with one).
 STDOUT_EXIT_NEWLINES = 2
@@ -130,6 +67,11 @@ def stdout_exit_newlines(text, runner):
             runner.version[:2] >= (0, 24)):
         maps = 0
     return STDOUT_EXIT_NEWLINES + maps
+
+# The start of the records that split_records() and follow() look for.
+BEGIN_RECORD, FRAMES_RECORD, MAIN_DONE_RECORD = (
+    ("%s %s " % (RECORD, kind)).encode()
+    for kind in (Kind.BEGIN, Kind.FRAMES, Kind.MAIN_DONE))
 
 # A record, or bpftrace's note of records it lost, in its stdout.
 RECORD_LINE = re.compile(rb"(?:PYSTACK [A-Z] |Lost \d+ events)[^\n]*\n")
@@ -181,7 +123,7 @@ def split_records(pipe, command_fd, path, records, attached=None):
                 for line in found:
                     records.put(line)
                     if attached is not None and line.startswith(
-                            b"PYSTACK B "):
+                            BEGIN_RECORD):
                         attached.set()
             text = b"".join(rest)
             if text:
@@ -198,7 +140,7 @@ def refusal_advice(interp, args, probes, runner):
     them; with range loops (bpf_loop(), whose body the verifier walks
     once whatever the bound), lower depths change nothing."""
     report = ("the program and the verifier's figures are printed by "
-              "python -m usdt.pystack with the same options and "
+              "python -m usdt.stacks with the same options and "
               "--print-program, or --verifier-stats")
     if runner.range_loops:
         return ("lower --max-depth or --max-native would not help: this "
@@ -214,8 +156,8 @@ def refusal_advice(interp, args, probes, runner):
             depth //= 2
         tries.append((depth, frames))
     for depth, frames in tries:
-        lower = argparse.Namespace(**vars(args))
-        lower.max_depth, lower.max_native = depth, frames
+        lower = dataclasses.replace(args, max_depth=depth,
+                                    max_native=frames)
         stats, errors, status = runner.verify(
             program(interp, lower, probes, runner))
         if status == 0 and not _bpftrace.refusal(errors):
@@ -233,28 +175,27 @@ def run_bpftrace(text, args, runner, interp, probes=()):
     their records come (follow())."""
     interp_path = interp.path
     sys.stderr.write(_bpftrace.untested_note(runner))
-    bpftrace = runner.path
     env = runner.environ(strlen=DEFAULT_STRLEN)  # no strings in the program
     if args.save:
         output = args.save
     else:
         # Not in the temporary directory: kept should the counting fail,
         # for --read (main() removes it once the counts are printed).
-        fd, output = tempfile.mkstemp(prefix="pystack-records-",
+        fd, output = tempfile.mkstemp(prefix="usdt-stacks-records-",
                                       suffix=".txt")
         os.close(fd)
-    with tempfile.TemporaryDirectory(prefix="pystack") as tmp:
-        script = os.path.join(tmp, "pystack.bt")
+    with tempfile.TemporaryDirectory(prefix="usdt-stacks") as tmp:
+        script = os.path.join(tmp, "stacks.bt")
         with open(script, "w") as f:
             f.write(text)
         # The records on bpftrace's stdout, a line per write(): with -o,
         # bpftrace 0.17 keeps its output file's records buffered until it
         # ends, when the process whose code objects they name is gone.
         # split_records() takes them out of the -c command's output.
-        cmd = [bpftrace, "-q", "-B", "line", script]
+        cmd = ["-q", "-B", "line", script]
         if hold(interp, args):
             # signal() (HOLD_CLAUSE)
-            cmd.insert(1, "--unsafe")
+            cmd.insert(0, "--unsafe")
         target = []
         if args.pid is not None:
             # No -p for profile probes on 0.24 and later, where it would
@@ -265,36 +206,34 @@ def run_bpftrace(text, args, runner, interp, probes=()):
             cmd += target
         elif args.command is not None:
             cmd += ["-c", args.command]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        stderr = []
+        session = _bpftrace.Session(runner, cmd, env)
+        helpers = []
         if args.pid is not None and not target:
-            threading.Thread(target=stop_when_gone, args=(proc, args.pid),
-                             daemon=True).start()
+            helpers.append(lambda session: session.stop_when_gone(args.pid))
+        symbolizer = None
+        if args.native:
+            symbolizer = Symbolizer(interp_path)
+            helpers.append(lambda session: watch_mappings(
+                session, args.pid, symbolizer, interp_path))
         records = queue.SimpleQueue()
         command_out, command_in = os.pipe()
         codes = CodeReader(interp, args.co_name, args.strlen)
-        attached = threading.Event()
         with open(command_out, "rb") as command_output:
-            threads = [
-                threading.Thread(target=split_records,
-                                 args=(proc.stdout, command_in, output,
-                                       records, attached)),
-                # Without -o, bpftrace ends its stdout with two empty
-                # lines (0.17, 0.23 and 0.27 seen; with -o, 0.27 does not).
-                threading.Thread(target=_bpftrace.forward_stdout,
-                                 args=(command_output, sys.stdout.buffer,
-                                       stdout_exit_newlines(text, runner))),
-                threading.Thread(target=forward_stderr,
-                                 args=(proc.stderr, sys.stderr.buffer,
-                                       stderr)),
-                threading.Thread(target=follow,
-                                 args=(proc, records, codes, interp_path,
-                                       hold(interp, args)))]
-            symbolizer = run_threads(proc, threads, args, interp_path,
-                                     attached)
-        proc.stdout.close()
-        proc.stderr.close()
+            session.start(
+                stdout=lambda pipe: split_records(
+                    pipe, command_in, output, records, session.attached),
+                workers=[
+                    # Without -o, bpftrace ends its stdout with two empty
+                    # lines (0.17, 0.23 and 0.27 seen; with -o, 0.27 does
+                    # not).
+                    lambda: _bpftrace.forward_stdout(
+                        command_output, sys.stdout.buffer,
+                        stdout_exit_newlines(text, runner)),
+                    # ptrace's requests all come from its thread.
+                    lambda: follow(session, records, codes, interp_path,
+                                   hold(interp, args))],
+                helpers=helpers)
+            status = session.wait(getattr(args, "duration", None))
         codes.close()
         if args.save:
             # What was read of the code objects, for --read.
@@ -304,18 +243,18 @@ def run_bpftrace(text, args, runner, interp, probes=()):
         if os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 lines = f.readlines()
-        if proc.returncode != 0 and not any(line.startswith(RECORD)
-                                            for line in lines):
+        if status != 0 and not any(line.startswith(RECORD)
+                                   for line in lines):
             if not args.save:
                 os.unlink(output)
-            errors = "".join(stderr).strip()
+            errors = "".join(session.errors).strip()
             refused = _bpftrace.refusal(errors)
             if refused:
                 errors += "\n(%s; %s)" % (refused, refusal_advice(
                     interp, args, probes, runner))
             raise Error("bpftrace failed (exit %d): %s"
-                        % (proc.returncode, errors or "no error message"))
-        return lines, proc.returncode, output, symbolizer, codes
+                        % (status, errors or "no error message"))
+        return lines, status, output, symbolizer, codes
 
 
 # ------------------------------------------------- reading while tracing
@@ -333,10 +272,10 @@ HOLD_MAX_S = 2.0
 
 class ExitHold:
     """Holds a -c command once it has run its main module, while
-    pystack reads the code objects of its last records.
+    usdt.stacks reads the code objects of its last records.
 
     Why: a -c command may end a few milliseconds after its last hit,
-    before pystack has even seen that hit's records, and the
+    before usdt.stacks has even seen that hit's records, and the
     interpreter frees every code object as it finalizes.  The program
     sends the command SIGSTOP when run_eval_code_obj() returns
     (HOLD_CLAUSE), before run_mod() releases the main module's code and
@@ -436,11 +375,11 @@ def follow(bpftrace, records, codes, interpreter, hold_command):
                 ended = True
                 break
             got = True
-            if line.startswith(b"PYSTACK F "):
+            if line.startswith(FRAMES_RECORD):
                 for _, pid, key, _, _ in frame_keys(line.decode().split()):
                     if not codes.resolve(pid, key):
                         pending.add((pid, key))
-            elif line.startswith(b"PYSTACK Y "):
+            elif line.startswith(MAIN_DONE_RECORD):
                 stopped.add(int(line.split()[4]))
         return got
 
@@ -488,19 +427,6 @@ def follow(bpftrace, records, codes, interpreter, hold_command):
     finally:
         if hold is not None and hold.pid is not None and not hold.done:
             hold.release()
-
-
-def stop_when_gone(bpftrace, pid):
-    """SIGINT bpftrace once process pid has ended (what -p does)."""
-    while bpftrace.poll() is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            bpftrace.send_signal(signal.SIGINT)
-            return
-        except PermissionError:
-            pass
-        time.sleep(0.5)
 
 
 def watch_mappings(bpftrace, pid, symbolizer, interpreter):

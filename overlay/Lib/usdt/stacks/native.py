@@ -6,13 +6,11 @@ import collections
 import itertools
 import os
 import re
-import struct
 import time
 
 from .. import _cfi
-from .._bpftrace import Error
-from .offsets import (Elf, Interpreter, PF_X, PT_DYNAMIC, PT_LOAD,
-                      RUN_EVAL_CALLER)
+from .._elf import PF_X, PT_DYNAMIC, PT_LOAD, STT_FUNC, ElfError, ElfFile
+from .offsets import Interpreter, RUN_EVAL_CALLER
 from .records import Frame, TRUNCATED
 
 
@@ -387,18 +385,20 @@ class Symbolizer:
             return  # the executable (""), the vDSO
         where = self.roots.get(pid, "") + name
         try:
-            elf = Elf(where)
-        except (OSError, Error):
+            elf = ElfFile(where)
+        except (OSError, ElfError):
             return
-        if not any(ptype == PT_DYNAMIC and bias + vaddr == dynamic
-                   for ptype, _, _, vaddr, _, _, _, _ in elf.segments):
+        if not any(segment.type == PT_DYNAMIC
+                   and bias + segment.vaddr == dynamic
+                   for segment in elf.segments):
             return
         # A read of the mappings that found the file knows it better.
         self.files.setdefault((pid, name), (None, where))
-        for ptype, flags, offset, vaddr, _, _, memsz, _ in elf.segments:
-            if ptype == PT_LOAD and flags & PF_X:
+        for segment in elf.segments:
+            if segment.type == PT_LOAD and segment.flags & PF_X:
+                start = bias + segment.vaddr
                 self.libraries.setdefault(pid, []).append(
-                    (bias + vaddr, bias + vaddr + memsz, offset, name))
+                    (start, start + segment.memsz, segment.offset, name))
 
     def run_eval_caller(self, older):
         """The function of the interpreter that called run_eval_code_obj,
@@ -411,8 +411,8 @@ class Symbolizer:
         if self.run_eval_callers is None:
             self.run_eval_callers = {}
             try:
-                elf = Elf(self.interpreter)
-            except (OSError, Error, TypeError):
+                elf = ElfFile(self.interpreter)
+            except (OSError, ElfError, TypeError):
                 return None
             symbols = elf.symbols()
             if "run_eval_code_obj" in symbols:
@@ -586,12 +586,11 @@ class Symbolizer:
     @staticmethod
     def _table(path, root=None):
         try:
-            elf = Elf(path)
-        except (OSError, Error):
+            elf = ElfFile(path)
+        except (OSError, ElfError):
             return [], [], []
-        segments = [(offset, vaddr, filesz)
-                    for ptype, _, offset, vaddr, _, filesz, _, _
-                    in elf.segments if ptype == PT_LOAD]
+        segments = [(segment.offset, segment.vaddr, segment.filesz)
+                    for segment in elf.segments if segment.type == PT_LOAD]
         functions = {}
         symbols = elf.symbols()
         debug = Symbolizer._debug_file(elf, root)
@@ -600,7 +599,7 @@ class Symbolizer:
             # functions that the library's own .dynsym leaves out.
             symbols.update(debug.symbols())
         for name, (value, size, stype) in sorted(symbols.items()):
-            if stype == 2 and size:  # STT_FUNC
+            if stype == STT_FUNC and size:
                 functions.setdefault(value, (value, size, name))
         symbols = sorted(functions.values())
         return segments, [symbol[0] for symbol in symbols], symbols
@@ -610,18 +609,15 @@ class Symbolizer:
         """The ELF file that /usr/lib/debug has for elf's build id: that
         of the root directory root of the process that maps elf, else this
         process's (the build id names one build, wherever found)."""
-        note = elf.section(".note.gnu.build-id")
+        note = elf.build_id()
         if note is None:
             return None
-        namesz, descsz, _ = struct.unpack_from("<III", elf.data,
-                                               note["offset"])
-        start = note["offset"] + 12 + ((namesz + 3) & ~3)
-        build_id = elf.data[start:start + descsz].hex()
+        build_id = note.desc.hex()
         path = "/usr/lib/debug/.build-id/%s/%s.debug" % (build_id[:2],
                                                          build_id[2:])
         for base in ((root,) if root else ()) + ("",):
             try:
-                return Elf(base + path)
-            except (OSError, Error):
+                return ElfFile(base + path)
+            except (OSError, ElfError):
                 pass
         return None

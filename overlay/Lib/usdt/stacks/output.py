@@ -1,17 +1,15 @@
-"""From records to counts per stack (parse()) and to what pystack prints:
-counts, folded stacks, JSON (report())."""
+"""From records to counts per stack (parse()) and to what usdt.stacks prints:
+counts, folded stacks, JSON (the write_*() functions)."""
 
 import collections
-import contextlib
 import json
 import os
 import re
-import sys
 
 from .. import _bpftrace
 from .offsets import RECORD
-from .records import (Event, Frame, NOT_PYTHON, NO_TSTATE, frame_keys,
-                      python_frames)
+from .records import (Event, Frame, Kind, NOT_PYTHON, NO_TSTATE,
+                      frame_keys, python_frames)
 from .native import NativeFrame, merge, native_frames
 
 
@@ -47,7 +45,7 @@ def parse(lines, codes, symbolizer=None, max_native=None,
     # What a saved run read of its code objects (C records, after the
     # others), before the frames that name them.
     for line in lines:
-        if line.startswith(RECORD + " C "):
+        if line.startswith("%s %s " % (RECORD, Kind.CODE)):
             codes.load(line.rstrip("\n").split(" ", 5))
 
     def count(stack, weight, fields):
@@ -64,10 +62,80 @@ def parse(lines, codes, symbolizer=None, max_native=None,
 
     if symbolizer is not None:
         for line in lines:
-            if line.startswith(RECORD + " M "):
+            if line.startswith("%s %s " % (RECORD, Kind.MAPPING)):
                 fields = line.rstrip("\n").split(" ", 7)
                 symbolizer.linked(int(fields[4]), int(fields[5], 16),
                                   int(fields[6], 16), fields[7])
+
+    # One function per kind of a hit's records: (event, fields, line).
+    def frames_record(event, fields, line):
+        for depth, pid, code, offset, entry in frame_keys(line.split()):
+            event.frames[depth] = (pid, code, offset)
+            if entry:
+                event.entries.add(depth)
+
+    def depth_record(event, fields, line):
+        # The F records' frames, up to the first max (they come in
+        # fours).
+        kept = int(fields[4])
+        event.depth = min(len(event.frames), kept)
+        event.more = int(fields[5]) or len(event.frames) > kept
+        event.top = int(fields[6])
+
+    def words_record(into):
+        # Eight words of a list: native addresses, the stack's words from
+        # rsp, or the walk's frame pointers.
+        def record(event, fields, line):
+            batch = int(fields[4])
+            target = getattr(event, into)
+            for k, word in enumerate(line.split()[5:13]):
+                target[8 * batch + k] = int(word, 16)
+        return record
+
+    def unwound_record(event, fields, line):
+        event.unwound = int(fields[4], 16)
+
+    def window_regs_record(event, fields, line):
+        event.window_regs = tuple(int(word, 16)
+                                  for word in line.split()[4:9])
+
+    def native_record(event, fields, line):
+        event.pid, event.bias = int(fields[4]), int(fields[5])
+        event.native_more = fields[6] == "1"
+        event.native_regs = fields[7].strip() == "1"
+        event.native = True
+
+    def end_record(event, fields, line):
+        del events[(fields[2], fields[3])]
+        status = int(fields[4])
+        # Records of a program without a weight count 1.
+        weight = int(fields[5]) if len(fields) > 5 else 1
+        if status != 0 or event.depth is None:
+            reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
+            frames = [Frame(reason, "", None)]
+            segments = []
+        else:
+            frames, segments = python_frames(event, codes, notes)
+        if event.native is not None:
+            frames = merge(native_frames(event, symbolizer, notes,
+                                         max_native, libc),
+                           segments, event.more, notes) + (
+                frames if not segments else [])
+        count(tuple(frames), weight, fields)
+
+    of_hits = {
+        Kind.FRAMES: frames_record,
+        Kind.DEPTH: depth_record,
+        Kind.ADDRESSES: words_record("addresses"),
+        Kind.WINDOW: words_record("window"),
+        Kind.POINTERS: words_record("pointers"),
+        Kind.UNWOUND: unwound_record,
+        Kind.WINDOW_REGS: window_regs_record,
+        Kind.NATIVE: native_record,
+        Kind.END: end_record,
+    }
+    # Read before (CODE, MAPPING) or not about a hit.
+    elsewhere = {Kind.BEGIN, Kind.CODE, Kind.MAIN_DONE, Kind.MAPPING}
     for line in lines:
         if not line.startswith(RECORD + " "):
             lost = re.match(r"Lost (\d+) events", line)
@@ -78,62 +146,20 @@ def parse(lines, codes, symbolizer=None, max_native=None,
             continue
         fields = line.rstrip("\n").split(" ", 8)
         kind, key = fields[1], (fields[2], fields[3])
-        if kind in ("B", "C", "Y", "M"):
-            continue
-        if kind == "R":
+        if kind == Kind.RELEASE:
             timeline.append((int(fields[3]), 1, int(fields[4])))
+            continue
+        handler = of_hits.get(kind)
+        if handler is None:
+            if kind not in elsewhere:
+                notes["records of an unknown kind %r (another version of "
+                      "the program?)" % kind] += 1
             continue
         event = events.get(key)
         if event is None:
             event = events[key] = Event()
             event.time = int(fields[3])
-        if kind == "F":
-            for depth, pid, code, offset, entry in frame_keys(line.split()):
-                event.frames[depth] = (pid, code, offset)
-                if entry:
-                    event.entries.add(depth)
-        elif kind == "D":
-            # The F records' frames, up to the first max (they come in
-            # fours).
-            kept = int(fields[4])
-            event.depth = min(len(event.frames), kept)
-            event.more = int(fields[5]) or len(event.frames) > kept
-            event.top = int(fields[6])
-        elif kind in ("A", "X", "P"):
-            # Eight words of a list: native addresses, the stack's words
-            # from rsp, or the walk's frame pointers.
-            into = {"A": event.addresses, "X": event.window,
-                    "P": event.pointers}[kind]
-            batch = int(fields[4])
-            for k, word in enumerate(line.split()[5:13]):
-                into[8 * batch + k] = int(word, 16)
-        elif kind == "U":
-            event.unwound = int(fields[4], 16)
-        elif kind == "W":
-            event.window_regs = tuple(int(word, 16)
-                                      for word in line.split()[4:9])
-        elif kind == "N":
-            event.pid, event.bias = int(fields[4]), int(fields[5])
-            event.native_more = fields[6] == "1"
-            event.native_regs = fields[7].strip() == "1"
-            event.native = True
-        elif kind == "Z":
-            del events[key]
-            status = int(fields[4])
-            # Records of a program without a weight count 1.
-            weight = int(fields[5]) if len(fields) > 5 else 1
-            if status != 0 or event.depth is None:
-                reason = {1: NOT_PYTHON, 2: NO_TSTATE}.get(status, "?")
-                frames = [Frame(reason, "", None)]
-                segments = []
-            else:
-                frames, segments = python_frames(event, codes, notes)
-            if event.native is not None:
-                frames = merge(native_frames(event, symbolizer, notes,
-                                             max_native, libc),
-                               segments, event.more, notes) + (
-                    frames if not segments else [])
-            count(tuple(frames), weight, fields)
+        handler(event, fields, line)
     if events:
         notes["hits whose records are incomplete (lost?)"] += len(events)
     if live:
@@ -194,48 +220,46 @@ def print_folded(stacks, out, native=False):
         out.write("%s %d\n" % (line, count))
 
 
+def json_rows(stacks):
+    """The rows of the JSON output: {"count", "frames"}, the most frequent
+    first."""
+    return [{"count": count,
+             "frames": [f._asdict() for f in stack]}
+            for stack, count in sorted(stacks.items(), key=stack_order)]
+
+
 def print_json(stacks, out):
     """Python frames are {"name", "filename", "line"}, native ones
     {"symbol", "library"}."""
-    rows = [{"count": count,
-             "frames": [f._asdict() for f in stack]}
-            for stack, count in sorted(stacks.items(), key=stack_order)]
-    json.dump(rows, out, indent=1)
+    json.dump(json_rows(stacks), out, indent=1)
     out.write("\n")
 
 
-def report(lines, args, out, codes, symbolizer=None):
-    objects = (collections.Counter()
-               if getattr(args, "also_folded_objects", None) else None)
-    stacks, notes = parse(lines, codes, symbolizer,
-                          getattr(args, "max_native", None),
-                          live=bool(getattr(args, "live", None)),
-                          objects=objects, libc=getattr(args, "libc", None))
-    native = getattr(args, "native", False) or any(
-        isinstance(frame, NativeFrame) for stack in stacks for frame in stack)
-    if args.folded:
-        print_folded(stacks, out, native)
-    elif args.json:
-        print_json(stacks, out)
-    else:
-        print_counts(stacks, out, native)
-    if getattr(args, "also_folded", None):
-        with open(args.also_folded, "w", encoding="utf-8") as f:
-            print_folded(stacks, f, native)
-    if objects is not None:
-        # Each stack's estimate, rounded, for every stack the counts have
-        # (0 where its hits stand for less than half an object).
-        with open(args.also_folded_objects, "w", encoding="utf-8") as f:
-            print_folded({stack: round(objects[stack]) for stack in stacks},
-                         f, native)
-    for note, count in sorted(notes.items()):
-        sys.stderr.write("pystack: %d %s\n" % (count, note))
+def write_counts(result, out):
+    """Each stack of *result* (an api.Result) and its count, the most
+    frequent first, innermost frame first."""
+    print_counts(result.stacks, out, result.native)
 
 
-# --------------------------------------------------------------- main
+def write_folded(result, out):
+    """One line per stack, "root;...;innermost count", for a flame
+    graph."""
+    print_folded(result.stacks, out, result.native)
 
-def counts_file(args):
-    """Where the counts go: --output FILE, or stdout (left open)."""
-    if args.output:
-        return open(args.output, "w", encoding="utf-8")
-    return contextlib.nullcontext(sys.stdout)
+
+def write_json(result, out):
+    print_json(result.stacks, out)
+
+
+def write_folded_objects(result, out):
+    """Each stack's estimated objects (Config.size), rounded, folded, for
+    every stack the counts have (0 where its hits stand for less than
+    half an object)."""
+    print_folded({stack: round(result.objects[stack])
+                  for stack in result.stacks}, out, result.native)
+
+
+def write_notes(result, out, who="usdt.stacks"):
+    """What was lost or could not be read, a line each."""
+    for note, count in sorted(result.notes.items()):
+        out.write("%s: %d %s\n" % (who, count, note))

@@ -1,38 +1,36 @@
-"""pystack's command line: run() parses the options, writes the program,
+"""the stack tool's command line: run() parses the options, writes the program,
 runs it and prints the counts; main() also says what bpftrace warnings it
 left out."""
 
 import argparse
-import os
-import signal
 import sys
 
 from .. import _bpftrace
 from .._bpftrace import Error
-from .offsets import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_NATIVE, DEFAULT_STRLEN,
-                      RECORD, Interpreter)
-from .program import Libc, program
-from .records import CodeReader
-from .native import Symbolizer
-from .output import counts_file, report
-from .tracing import expand_probe, resolve_python, run_bpftrace
+from .api import Config, prepare, read, trace
+from .offsets import DEFAULT_MAX_DEPTH, DEFAULT_MAX_NATIVE, DEFAULT_STRLEN
+from .output import (write_counts, write_folded, write_folded_objects,
+                     write_json, write_notes)
+
+# The command's name in its messages.
+PROG = "usdt.stacks"
 
 
 def main(argv=None):
-    """pystack's exit status for the options argv (default: sys.argv),
+    """the stack tool's exit status for the options argv (default: sys.argv),
     with a line on stderr for the known harmless bpftrace warnings it
     left out, if any."""
     try:
         return run(argv)
     finally:
-        sys.stderr.write(_bpftrace.left_out_note("pystack"))
+        sys.stderr.write(_bpftrace.left_out_note(PROG))
 
 
 def run(argv=None):
-    """main() without its note: python -m usdt.tools, which runs pystack
+    """main() without its note: python -m usdt.tools, which runs usdt.stacks
     in its own process, says that itself, of all it ran."""
     parser = argparse.ArgumentParser(
-        prog="pystack",
+        prog=PROG,
         description="Count the Python stacks of the threads that hit a "
         "bpftrace probe (see \"Python stacks\" in "
         "Doc/howto/usdt-tools.rst).",
@@ -41,7 +39,7 @@ def run(argv=None):
         "frames and 15 us at 100 of a synthetic workload, with or without "
         "--native; 33 to 46 us on a real application (docutils and "
         "pygments: its frames cost about 1 us each, and the first record "
-        "about 10 us, which wakes bpftrace's reader); pystack's own CPU "
+        "about 10 us, which wakes bpftrace's reader); the stack tool's own CPU "
         "about 0.2 to 0.4 ms per sample.")
     parser.add_argument("--probe", action="append", metavar="PROBE",
                         help="a bpftrace probe; repeat for several.  A "
@@ -149,77 +147,65 @@ def run(argv=None):
     args = parser.parse_args(argv)
     if args.verbose:
         _bpftrace.set_verbose()
+    if not args.read and not args.probe:
+        parser.error("--probe is required")
+    if args.also_folded_objects and not args.size:
+        parser.error("--also-folded-objects needs --size")
+    config = Config(
+        probes=args.probe or [], command=args.command, pid=args.pid,
+        python=args.python, weight=args.weight, size=args.size,
+        live=tuple(args.live) if args.live else None, filter=args.filter,
+        co_name=args.co_name, native=args.native,
+        max_native=args.max_native, max_depth=args.max_depth,
+        max_threads=args.max_threads, strlen=args.strlen,
+        duration=args.duration, save=args.save)
     try:
         if args.read:
-            with open(args.read, encoding="utf-8", errors="replace") as f:
-                lines = f.readlines()
-            # This machine's libc, for the windows of the stack copied at
-            # hits in libc, if there are any (unwind_window() takes it
-            # only if its build ID is the one recorded).
-            args.libc = Libc.find(args) if any(
-                line.startswith(RECORD + " W ") for line in lines) else None
-            # --python names the interpreter's native frames that
-            # bpftrace could not name.
-            with counts_file(args) as out:
-                report(lines, args, out,
-                       CodeReader(None, args.co_name, args.strlen),
-                       Symbolizer(os.path.realpath(args.python))
-                       if args.python else None)
-            return 0
-        if not args.probe:
-            parser.error("--probe is required")
-        if args.also_folded_objects and not args.size:
-            parser.error("--also-folded-objects needs --size")
-        if not 1 <= args.max_depth <= 512:
-            parser.error("--max-depth must be 1 to 512")
-        if not 1 <= args.max_native <= 1024:
-            parser.error("--max-native must be 1 to 1024")
-        if args.strlen < 2:
-            parser.error("--strlen must be 2 or more")
-        if args.duration is not None and not args.duration > 0:
-            parser.error("--duration must be more than 0 seconds")
-        python = resolve_python(args)
-        interp = Interpreter(python)
-        probes = [expand_probe(p, interp.path) for p in args.probe]
-        if args.live:
-            args.live[1] = expand_probe(args.live[1], interp.path)
-        if args.print_program:
-            # For the bpftrace on PATH, if any; tracefs is not needed.
-            try:
-                runner = _bpftrace.find(tracefs=False)
-            except Error:
-                runner = None
+            result = read(args.read, config)
         else:
-            runner = _bpftrace.find()
-        args.libc = Libc.find(args) if args.native else None
-        text = program(interp, args, probes, runner)
-        if args.print_program:
-            sys.stdout.write(text)
-            return 0
-        if args.verifier_stats:
-            # With -p, a short run of the same interpreter, which ends
-            # (bpftrace -p would run until PID ends).
-            command = args.command or "%s -c pass" % interp.path
-            return print_verifier_stats(runner, text, ["-c", command])
-        lines, status, records, symbolizer, codes = run_bpftrace(
-            text, args, runner, interp, probes)
-        # bpftrace has stopped: a second Ctrl-C must not lose the counts
-        # being made (python -m usdt.tools puts its own handler back).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            with counts_file(args) as out:
-                report(lines, args, out, codes, symbolizer)
-        except BaseException:
-            sys.stderr.write("pystack: the records of this run are in %s: "
-                             "count them again with --read %s\n"
-                             % (records, records))
-            raise
-        if not args.save:
-            os.unlink(records)
-        return status
+            try:
+                config.check()
+            except Error as error:
+                parser.error(str(error))
+            # --print-program is for the bpftrace on PATH, if any;
+            # tracefs is not needed.
+            prepared = prepare(config,
+                               tracefs=not args.print_program)
+            if args.print_program:
+                sys.stdout.write(prepared.text)
+                return 0
+            if args.verifier_stats:
+                # With -p, a short run of the same interpreter, which
+                # ends (bpftrace -p would run until PID ends).
+                command = (args.command
+                           or "%s -c pass" % prepared.interp.path)
+                return print_verifier_stats(prepared.runner, prepared.text,
+                                            ["-c", command])
+            result = trace(prepared)
+        write(args, result)
+        return result.status
     except Error as error:
-        sys.stderr.write("pystack: %s\n" % error)
+        sys.stderr.write("%s: %s\n" % (PROG, error))
         return 2
+
+
+def write(args, result):
+    """The counts as the options ask, to --output or stdout; the folded
+    copies of --also-folded and --also-folded-objects; the notes."""
+    writer = (write_folded if args.folded else write_json if args.json
+              else write_counts)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            writer(result, out)
+    else:
+        writer(result, sys.stdout)
+    if args.also_folded:
+        with open(args.also_folded, "w", encoding="utf-8") as out:
+            write_folded(result, out)
+    if args.also_folded_objects:
+        with open(args.also_folded_objects, "w", encoding="utf-8") as out:
+            write_folded_objects(result, out)
+    write_notes(result, sys.stderr, PROG)
 
 
 def print_verifier_stats(runner, text, target=None):

@@ -1,14 +1,14 @@
-"""pystack --native: whole stacks, native and Python frames merged.
+"""usdt.stacks --native: whole stacks, native and Python frames merged.
 
 The ground truth is the traced program itself and gdb:
 
 - the Python part: at the very line where the workload makes the call
   that hits the probe, it records traceback.extract_stack() (and the
-  co_qualname of each frame), as in test_pystack;
+  co_qualname of each frame), as in test_stack_tool;
 - the native part: gdb stops the same program at the same events (the
   write(2) syscall to one file descriptor, the gc__start marker) and
   prints its backtrace without inlined frames, as the frame pointers see
-  it.  Each run of Python frames of pystack's stack stands for one
+  it.  Each run of Python frames of the stack tool's stack stands for one
   activation of the evaluator, _PyEval_EvalFrameDefault in gdb's.
 
 And, as a held-out check: attached with -p to a process whose outer()
@@ -29,7 +29,7 @@ import time
 import unittest
 
 import support
-import test_pystack as base
+import test_stack_tool as base
 from support import (IMPORT_USDT, PYTHON, USDT_PACKAGE, free_threaded,
                      perf_map_entries, perf_map_path, pystack_filename,
                      readline, require_bpftrace, run, run_gdb, start,
@@ -105,7 +105,7 @@ SERVER = textwrap.dedent("""\
 
 # The workload frees large blocks, which glibc's free() returns with
 # munmap(): a system call's site in libc that libc called, whose callers
-# pystack unwinds from a window of the stack with libc's CFI.
+# usdt.stacks unwinds from a window of the stack with libc's CFI.
 FREES = textwrap.dedent("""\
     from recorder import record
 
@@ -142,7 +142,7 @@ COPIES = textwrap.dedent("""\
         churn()
     """)
 
-# What pystack says when it found the callers of frames in libc (which
+# What usdt.stacks says when it found the callers of frames in libc (which
 # has no frame pointers) from libc's call-frame information: at a system
 # call's site, or from a window of the stack.
 CFI_NOTES = ("callers of system calls in libc found from its call-frame "
@@ -287,7 +287,7 @@ class NativeStacksBase(unittest.TestCase):
 
     def setUp(self):
         require_bpftrace(self)
-        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.tmp = tempfile.mkdtemp(prefix="usdt-stacks-native")
         self.addCleanup(shutil.rmtree, self.tmp)
 
     def write(self, name, text):
@@ -300,7 +300,7 @@ class NativeStacksBase(unittest.TestCase):
         self.write("recorder.py", base.RECORDER)
         return self.write("workload.py", text)
 
-    def pystack(self, options, command, cfi=False):
+    def stack_tool(self, options, command, cfi=False):
         """The tool's rows and stderr; with cfi, skip unless it found the
         callers of libc's system calls from libc's call-frame information
         (not with a libc it did not read: -c under another root's
@@ -373,7 +373,7 @@ class NativeStacksBase(unittest.TestCase):
 
     def check_python(self, rows, recorded, stderr=None):
         """The Python frames of each merged stack are the recorded ones,
-        their file names as pystack prints them: the last
+        their file names as usdt.stacks prints them: the last
         DEFAULT_STRLEN - 1 bytes, after "..." when cut (the standard
         library's paths are longer in a clone under a deep directory)."""
         found = collections.Counter()
@@ -399,7 +399,7 @@ class NativeStacksTest(NativeStacksBase):
         workload = self.workload(text)
         expected = os.path.join(self.tmp, "expected.json")
         command = [PYTHON, workload, expected]
-        rows, stderr = self.pystack(
+        rows, stderr = self.stack_tool(
             ["--probe", "tracepoint:syscalls:sys_enter_write",
              "--filter", "args->fd == 77"], command)
         with open(expected) as f:
@@ -420,7 +420,7 @@ class NativeStacksTest(NativeStacksBase):
         # frames included, none [native frames lost].
         workload = self.workload(SERVER)
         command = [PYTHON, workload]
-        rows, stderr = self.pystack(
+        rows, stderr = self.stack_tool(
             ["--probe", "tracepoint:syscalls:sys_enter_sendto"], command,
             cfi=True)
         gdb = self.gdb_stacks("catch syscall sendto\n"
@@ -441,7 +441,7 @@ class NativeStacksTest(NativeStacksBase):
         workload = self.workload(FREES)
         expected = os.path.join(self.tmp, "expected.json")
         command = [PYTHON, workload, expected]
-        rows, stderr = self.pystack(
+        rows, stderr = self.stack_tool(
             ["--probe", "tracepoint:syscalls:sys_enter_munmap",
              "--filter", "args->len >= 0x2000000"], command, cfi=True)
         self.assertIn(CFI_NOTES[1], stderr)
@@ -515,7 +515,7 @@ class NativeStacksTest(NativeStacksBase):
         workload = self.workload(COLLECTIONS)
         expected = os.path.join(self.tmp, "expected.json")
         command = [PYTHON, workload, expected]
-        rows, _ = self.pystack(["--probe", "usdt:PYTHON:python:gc__start"],
+        rows, _ = self.stack_tool(["--probe", "usdt:PYTHON:python:gc__start"],
                                command)
         with open(expected) as f:
             recorded = json.load(f)
@@ -539,7 +539,7 @@ class NativeStacksTest(NativeStacksBase):
 
     def test_instrumentation_callbacks_against_traceback_and_gdb(self):
         # In the release build (PGO), the evaluator calls these callbacks
-        # from its .cold part: gdb must see that there, and pystack
+        # from its .cold part: gdb must see that there, and usdt.stacks
         # must take it for the evaluator as well.
         _, writes = self.check_writes(CALLBACKS)
         self.assertGreater(writes, 20)
@@ -564,7 +564,7 @@ class AttachTest(unittest.TestCase):
 
     def setUp(self):
         require_bpftrace(self)
-        self.tmp = tempfile.mkdtemp(prefix="pystack-native")
+        self.tmp = tempfile.mkdtemp(prefix="usdt-stacks-native")
         self.addCleanup(shutil.rmtree, self.tmp)
 
     def sample(self, *python_options, arm=False):
@@ -660,7 +660,7 @@ class AttachTest(unittest.TestCase):
 
     def test_perf_trampoline(self):
         # -X perf: every Python call goes through a trampoline, a native
-        # frame in anonymous memory named in the perf map; pystack
+        # frame in anonymous memory named in the perf map; usdt.stacks
         # leaves it out, for its Python frame is there already.
         rows, stderr = self.sample("-X", "perf")
         self.check_trampolines(rows, stderr)
@@ -707,7 +707,7 @@ class FoldedTest(NativeStacksBase):
         self.assertEqual(sum(int(line.rpartition(" ")[2]) for line in lines),
                          3, proc.stdout)
         python = os.path.basename(os.path.realpath(PYTHON))
-        # The file name as pystack prints it: cut, after "...", in a
+        # The file name as usdt.stacks prints it: cut, after "...", in a
         # clone under a deep directory.
         shown = pystack_filename(example)
         for line in lines:
@@ -770,7 +770,7 @@ class FoldedTest(NativeStacksBase):
 
 
 class ToolsTest(NativeStacksBase):
-    """python -m usdt.tools stacks takes pystack's options."""
+    """python -m usdt.tools stacks takes the stack tool's options."""
 
     def test_stacks_native_json_filtered(self):
         workload = self.workload(WRITES)
@@ -790,7 +790,7 @@ class ToolsTest(NativeStacksBase):
 
 
     def test_walker_limits_passed_on(self):
-        # alloc passes its limits to pystack, whose error says what to
+        # alloc passes its limits to usdt.stacks, whose error says what to
         # lower; a failed run prints no tables.  (--max-entries, which
         # alloc still passes on, has no effect: lines are decoded in user
         # space.)
@@ -810,7 +810,7 @@ class ToolsTest(NativeStacksBase):
         proc = run([PYTHON, base.TOOL, "--probe", "profile:hz:99",
                     "-p", str(gone.pid)], timeout=60)
         self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertIn("pystack: no process %d\n" % gone.pid, proc.stderr)
+        self.assertIn("usdt.stacks: no process %d\n" % gone.pid, proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
 
 
@@ -841,7 +841,7 @@ class FakeSymbolizer:
 
 
 class MergeTest(unittest.TestCase):
-    """pystack's merge of made-up records, cut stacks included: what
+    """the stack tool's merge of made-up records, cut stacks included: what
     the limits of the howto's "Whole stacks" say."""
 
     NAMES = {0x10: ("leaf_c", "/lib/x.so"),
@@ -883,13 +883,13 @@ class MergeTest(unittest.TestCase):
         return lines
 
     def test_support_knows_the_default_strlen(self):
-        # support.pystack_filename() cuts file names as pystack does.
-        self.assertEqual(usdt_module("pystack.offsets").DEFAULT_STRLEN,
+        # support.pystack_filename() cuts file names as usdt.stacks does.
+        self.assertEqual(usdt_module("stacks.offsets").DEFAULT_STRLEN,
                          support.PYSTACK_STRLEN)
 
     def merged(self, lines, max_native=128, read_at=10):
-        stacks, notes = usdt_module("pystack.output").parse(
-            lines, usdt_module("pystack.records").CodeReader(),
+        stacks, notes = usdt_module("stacks.output").parse(
+            lines, usdt_module("stacks.records").CodeReader(),
             FakeSymbolizer(self.NAMES, read_at),
             max_native)
         (stack, count), = stacks.items()
@@ -964,7 +964,7 @@ class MergeTest(unittest.TestCase):
         # bpftrace -c holds the command after its exec() while it
         # attaches: the interpreter and the dynamic loader are mapped, no
         # library yet.
-        symbolizer = usdt_module("pystack.native").Symbolizer(
+        symbolizer = usdt_module("stacks.native").Symbolizer(
             "/opt/py/bin/python3.13")
         symbolizer.maps[7] = [
             (0x1000, 0x2000, 0, "/opt/py/bin/python3.13"),
@@ -979,7 +979,7 @@ class MergeTest(unittest.TestCase):
 
     def test_read_after_compares_with_bpftrace_clock(self):
         # The hit times are bpftrace's nsecs, CLOCK_MONOTONIC.
-        symbolizer = usdt_module("pystack.native").Symbolizer()
+        symbolizer = usdt_module("stacks.native").Symbolizer()
         before = time.monotonic_ns()
         symbolizer.snapshot(os.getpid())
         after = time.monotonic_ns()
@@ -996,8 +996,8 @@ class MergeTest(unittest.TestCase):
 # the free-threaded build would make code objects immortal (gh-117696).
 OBJECT_HEADER = IMPORT_USDT + textwrap.dedent("""\
     import gc, weakref
-    from usdt.pystack.offsets import Interpreter
-    from usdt.pystack.records import CodeReader
+    from usdt.stacks.offsets import Interpreter
+    from usdt.stacks.records import CodeReader
     reader = CodeReader(Interpreter(sys.executable))
     print("build", reader.header.build)
     namespace = {}
@@ -1035,18 +1035,18 @@ class WindowTest(unittest.TestCase):
     CALLER = 0x5500000001234  # a return address in the interpreter
 
     def setUp(self):
-        pystack = usdt_module("pystack.program")
-        self.native = usdt_module("pystack.native")
+        program = usdt_module("stacks.program")
+        self.native = usdt_module("stacks.native")
         try:
-            self.libc = pystack.Libc(self.LIBC)
+            self.libc = program.Libc(self.LIBC)
         except OSError as error:
             self.skipTest("no %s: %s" % (self.LIBC, error))
         malloc = self.libc_symbol("malloc")
-        self.records = usdt_module("pystack.records")
+        self.records = usdt_module("stacks.records")
         self.pc = self.BIAS + malloc
 
     def libc_symbol(self, name):
-        elf = usdt_module("pystack.offsets").Elf(self.LIBC)
+        elf = usdt_module("_elf").ElfFile(self.LIBC)
         return elf.symbols()[name][0]
 
     def event(self, words, bp, start, pointers):
@@ -1155,7 +1155,7 @@ class RefusalTest(unittest.TestCase):
                         "BEGIN", "--python", copy, "--print-program"])
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertEqual(proc.stderr,
-                         "pystack: %s: its objects' header is not the one "
+                         "usdt.stacks: %s: its objects' header is not the one "
                          "this tool knows for a %s build (ob_type at %d, "
                          "not %d)\n" % ((copy, "default", 24, 8) if other == 0
                                        else (copy, "free-threaded", 8, 24)))

@@ -15,6 +15,26 @@ from .offsets import DEFAULT_STRLEN, RECORD
 
 # ------------------------------------------------------------- output
 
+class Kind:
+    """The kinds of the program's records: the letter after RECORD that
+    starts each (program.bt's header says what each one holds)."""
+
+    BEGIN = "B"         # the probes are attached
+    CODE = "C"          # a code object read while tracing (saved runs)
+    FRAMES = "F"        # eight Python frames of a hit
+    DEPTH = "D"         # how many of them, and whether more were left
+    ADDRESSES = "A"     # eight native return addresses (--native)
+    UNWOUND = "U"       # the return address of a hit in libc
+    WINDOW = "X"        # eight words of the stack from rsp, in libc
+    WINDOW_REGS = "W"   # libc's load bias and the registers there
+    POINTERS = "P"      # eight frame pointers of the walk
+    NATIVE = "N"        # a hit's pid, load bias and native flags
+    MAPPING = "M"       # a library that the process mapped
+    END = "Z"           # the hit's last record: status and weight
+    RELEASE = "R"       # a release of live's key
+    MAIN_DONE = "Y"     # the -c command ran its main module
+
+
 Frame = collections.namedtuple("Frame", "name filename line")
 
 # Pseudo-frames for the hits without a Python stack.
@@ -55,7 +75,7 @@ class Event:
 
 # ------------------------------------------------------------ code objects
 
-# A frame whose code object pystack could not read: freed before it
+# A frame whose code object usdt.stacks could not read: freed before it
 # read it (a module's body once imported, the code of an exec() string, or
 # everything of a process that ended), or the address holds another code
 # object by then, which must not lend it its name.
@@ -295,7 +315,7 @@ class CodeReader:
                           addr2line(table, firstlineno, offset))
         # A code object's line at an offset never changes: decoded once
         # (a sample's frames are mostly the last sample's; decoding each
-        # one from the table's start was most of pystack's CPU time).
+        # one from the table's start was most of the stack tool's CPU time).
         self.frames[full] = frame
         return frame
 
@@ -350,7 +370,7 @@ def python_frames(event, codes, notes):
             frame = codes.frame(pid, code, offset)
         if frame is None:
             frame = Frame(CODE_GONE, "", None)
-            notes["frames whose code object was gone before pystack "
+            notes["frames whose code object was gone before usdt.stacks "
                   "read it (the process ended, or the address holds "
                   "another code object by then), named %s" % CODE_GONE] += 1
         if frame is not INCOMPLETE:

@@ -1,10 +1,10 @@
-"""Lib/usdt/pystack: the Python stacks of the threads hitting a probe.
+"""Lib/usdt/stacks: the Python stacks of the threads hitting a probe.
 
 Each workload knows its own stacks: at the very line where it makes the
 call that hits the probe (os.write for write(2), gc.collect for
 gc__start, time.sleep for taking the GIL back), it records
 traceback.extract_stack(), and the names (co_qualname) of the same frames,
-into a JSON file.  pystack must report exactly those stacks, as many
+into a JSON file.  usdt.stacks must report exactly those stacks, as many
 times as they were recorded: every frame's name, file and line.
 
 The tool runs as documented, with the system's python3 when there is one
@@ -29,7 +29,7 @@ from support import (IMPORT_USDT, PYTHON, TOP, USDT_PACKAGE, free_threaded,
                      tracer_required, tracer_unusable)
 
 # The tool, run by its path (its directory, with __main__.py).
-TOOL = os.path.join(USDT_PACKAGE, "pystack")
+TOOL = os.path.join(USDT_PACKAGE, "stacks")
 # The tool runs under any Python 3: prefer the system's.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
 
@@ -276,7 +276,7 @@ class PystackTest(unittest.TestCase):
 
     def setUp(self):
         require_bpftrace(self)
-        self.tmp = tempfile.mkdtemp(prefix="pystack")
+        self.tmp = tempfile.mkdtemp(prefix="usdt-stacks")
         self.addCleanup(shutil.rmtree, self.tmp)
         if PystackTest.tool_error is None:
             PystackTest.tool_error = self._tool_usable()
@@ -418,7 +418,7 @@ class PystackTest(unittest.TestCase):
         """The frames the tool's note counts as [code object gone] (those
         of code objects freed before it could read them: a module's body,
         freed once imported, in a hit during an import)."""
-        found = re.search(r"pystack: (\d+) frames whose code object was "
+        found = re.search(r"usdt.stacks: (\d+) frames whose code object was "
                           r"gone", stderr)
         return int(found.group(1)) if found else 0
 
@@ -823,7 +823,7 @@ class PystackOffsetsTest(unittest.TestCase):
     def test_offsets_and_runtime(self):
         proc = run([TOOL_PYTHON, "-c", IMPORT_USDT + textwrap.dedent("""\
             import json
-            from usdt.pystack.offsets import Interpreter
+            from usdt.stacks.offsets import Interpreter
             i = Interpreter(sys.argv[2])
             print(json.dumps([i.version, i.runtime_vaddr, i.tls_offset,
                               i.text_vaddr]))
@@ -862,7 +862,7 @@ class PystackOffsetsTest(unittest.TestCase):
             proc = run([TOOL_PYTHON, TOOL, "--probe", "BEGIN", "--python",
                         copy, "--print-program"])
         self.assertEqual(proc.returncode, 2, proc.stderr)
-        self.assertIn("pystack: %s is Python 3.99: this tool knows the "
+        self.assertIn("usdt.stacks: %s is Python 3.99: this tool knows the "
                       "_Py_DebugOffsets layout of 3.13 only" % copy,
                       proc.stderr)
 
@@ -870,7 +870,7 @@ class PystackOffsetsTest(unittest.TestCase):
         proc = run([TOOL_PYTHON, TOOL, "--probe", "BEGIN", "--python",
                     "/bin/true", "--print-program"])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("pystack: ", proc.stderr)
+        self.assertIn("usdt.stacks: ", proc.stderr)
         self.assertIn("no .PyRuntime section", proc.stderr)
 
 

@@ -1,7 +1,7 @@
-"""What pystack reads of an interpreter before tracing it: the layouts of
-_Py_DebugOffsets per series (DEBUG_OFFSETS), the binary's ELF file (Elf),
-its offsets and addresses (Interpreter), and the object headers of the
-default and free-threaded builds (ObjectHeader)."""
+"""What usdt.stacks reads of an interpreter before tracing it: the layouts of
+_Py_DebugOffsets per series (DEBUG_OFFSETS), the binary's offsets and
+addresses (Interpreter, from its ELF file, read by usdt._elf), and the
+object headers of the default and free-threaded builds (ObjectHeader)."""
 
 import bisect
 import os
@@ -9,6 +9,8 @@ import re
 import struct
 
 from .._bpftrace import Error
+from .._elf import (DT_DEBUG, EM_X86_64, ET_DYN, ET_EXEC, PF_X, PT_LOAD,
+                     PT_TLS, STT_FUNC, STT_TLS, ElfError, ElfFile)
 
 
 # The layouts of _Py_DebugOffsets (Include/internal/pycore_runtime.h) that
@@ -82,77 +84,6 @@ RECORD = "PYSTACK"
 # The name of run_eval_code_obj's caller when the -c hold's uretprobe hid
 # its return address and the caller could not be told (run_eval_caller()).
 RUN_EVAL_CALLER = "[run_eval_code_obj's caller]"
-# ---------------------------------------------------------------- ELF
-
-class Elf:
-    """The parts of an ELF64 little-endian file this tool needs."""
-
-    def __init__(self, path):
-        self.path = path
-        with open(path, "rb") as f:
-            self.data = f.read()
-        d = self.data
-        if d[:4] != b"\x7fELF":
-            raise Error("%s is not an ELF file" % path)
-        if d[4] != 2 or d[5] != 1:
-            raise Error("%s: only 64-bit little-endian ELF is supported"
-                        % path)
-        (self.type, self.machine, _, _, phoff, shoff, _, _, phentsize,
-         phnum, shentsize, shnum, shstrndx) = struct.unpack_from(
-            "<HHIQQQIHHHHHH", d, 16)
-        self.segments = [struct.unpack_from("<IIQQQQQQ", d,
-                                            phoff + i * phentsize)
-                         for i in range(phnum)]
-        self.sections = []
-        for i in range(shnum):
-            (name, stype, flags, addr, offset, size, link, info, align,
-             entsize) = struct.unpack_from("<IIQQQQIIQQ", d,
-                                           shoff + i * shentsize)
-            self.sections.append(dict(name=name, type=stype, addr=addr,
-                                      offset=offset, size=size, link=link,
-                                      entsize=entsize))
-        if shstrndx < len(self.sections):
-            names = self.sections[shstrndx]
-            for section in self.sections:
-                section["name"] = self._cstring(names["offset"]
-                                                + section["name"])
-
-    def _cstring(self, offset):
-        return self.data[offset:self.data.index(b"\0", offset)].decode(
-            "utf-8", "replace")
-
-    def section(self, name):
-        for section in self.sections:
-            if section["name"] == name:
-                return section
-        return None
-
-    def symbols(self):
-        """{name: (value, size, type)} from .symtab and .dynsym."""
-        found = {}
-        for section in self.sections:
-            if section["type"] not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
-                continue
-            strtab = self.sections[section["link"]]["offset"]
-            for at in range(section["offset"],
-                            section["offset"] + section["size"], 24):
-                name, info, _, _, value, size = struct.unpack_from(
-                    "<IBBHQQ", self.data, at)
-                if name:
-                    found.setdefault(self._cstring(strtab + name),
-                                     (value, size, info & 0xf))
-        return found
-
-    def read_vaddr(self, vaddr, size):
-        """size bytes of the file image at virtual address vaddr."""
-        for ptype, _, offset, seg_vaddr, _, filesz, _, _ in self.segments:
-            if ptype == 1 and seg_vaddr <= vaddr < seg_vaddr + filesz:
-                start = offset + vaddr - seg_vaddr
-                return self.data[start:start + size]
-        raise Error("%s: address %#x is not in the file" % (self.path, vaddr))
-
-
-PT_LOAD, PT_DYNAMIC, PT_TLS, PF_X, STT_TLS = 1, 2, 7, 1, 6
 
 
 class Interpreter:
@@ -160,19 +91,24 @@ class Interpreter:
 
     def __init__(self, path):
         self.path = os.path.realpath(path)
-        elf = Elf(self.path)
-        if elf.machine != 62:  # EM_X86_64: the thread pointer is fsbase
+        try:
+            self._read(path, ElfFile(self.path))
+        except ElfError as error:
+            raise Error(str(error)) from None
+
+    def _read(self, path, elf):
+        if elf.machine != EM_X86_64:  # the thread pointer is fsbase
             raise Error("%s: only x86-64 is supported" % path)
         symbols = elf.symbols()
         section = elf.section(".PyRuntime")
         if section is not None:
-            runtime = section["addr"]
+            runtime = section.addr
         elif "_PyRuntime" in symbols:
             runtime = symbols["_PyRuntime"][0]
         else:
             hint = ""
             if any(re.match(r"libpython3\.\d+", os.path.basename(n))
-                   for n in self._needed(elf)):
+                   for n in elf.needed()):
                 hint = (" (it links libpython dynamically: shared builds "
                         "are not supported)")
             raise Error("%s has no .PyRuntime section nor _PyRuntime "
@@ -211,8 +147,8 @@ class Interpreter:
         self.header = header
         # The kernel sets mm->start_code to the lowest address of the
         # executable segments plus the load bias (fs/binfmt_elf.c).
-        texts = [vaddr for ptype, flags, _, vaddr, _, _, _, _ in elf.segments
-                 if ptype == PT_LOAD and flags & PF_X]
+        texts = [segment.vaddr for segment in elf.segments
+                 if segment.type == PT_LOAD and segment.flags & PF_X]
         if not texts:
             raise Error("%s has no executable segment" % path)
         self.text_vaddr = min(texts)
@@ -240,7 +176,11 @@ class Interpreter:
         self.has_run_eval = "run_eval_code_obj" in symbols
         self.run_eval_returns = (self._return_sites(
             elf, symbols, "run_eval_code_obj") if self.has_run_eval else [])
-        self.debug_slot = self._debug_slot(elf)
+        # Where the dynamic loader puts its r_debug: the value of the
+        # DT_DEBUG entry; None in a static executable.
+        self.debug_slot = next((entry.value_vaddr
+                                for entry in elf.dynamic()
+                                if entry.tag == DT_DEBUG), None)
 
     @staticmethod
     def _return_sites(elf, symbols, callee):
@@ -250,12 +190,13 @@ class Interpreter:
         target = symbols[callee][0]
         functions = sorted((value, size, name)
                            for name, (value, size, kind) in symbols.items()
-                           if kind == 2 and size)  # STT_FUNC
+                           if kind == STT_FUNC and size)
         sites = []
-        for ptype, flags, offset, vaddr, _, filesz, _, _ in elf.segments:
-            if ptype != PT_LOAD or not flags & PF_X:
+        for segment in elf.segments:
+            if segment.type != PT_LOAD or not segment.flags & PF_X:
                 continue
-            data = elf.data[offset:offset + filesz]
+            vaddr = segment.vaddr
+            data = elf.segment_data(segment)
             for match in re.finditer(b"\xe8", data):
                 at = match.start()
                 if at + 5 > len(data):
@@ -272,37 +213,6 @@ class Interpreter:
         return sites
 
     @staticmethod
-    def _needed(elf):
-        dynamic = elf.section(".dynamic")
-        dynstr = elf.section(".dynstr")
-        if dynamic is None or dynstr is None:
-            return []
-        needed = []
-        for at in range(dynamic["offset"],
-                        dynamic["offset"] + dynamic["size"], 16):
-            tag, value = struct.unpack_from("<qQ", elf.data, at)
-            if tag == 1:  # DT_NEEDED
-                needed.append(elf._cstring(dynstr["offset"] + value))
-        return needed
-
-    @staticmethod
-    def _debug_slot(elf):
-        """The address of the value of the DT_DEBUG entry in the dynamic
-        section, where the dynamic loader puts its r_debug; None if
-        there is none (a static executable)."""
-        dynamic = elf.section(".dynamic")
-        if dynamic is None:
-            return None
-        for i in range(dynamic["size"] // 16):
-            tag = struct.unpack_from("<q", elf.data,
-                                     dynamic["offset"] + 16 * i)[0]
-            if tag == 21:  # DT_DEBUG
-                return dynamic["addr"] + 16 * i + 8
-            if tag == 0:  # DT_NULL
-                break
-        return None
-
-    @staticmethod
     def _tstate_tls_offset(elf, symbols):
         """How far below the thread pointer _Py_tss_tstate is, or 0.
 
@@ -311,14 +221,13 @@ class Interpreter:
         tp - roundup(p_memsz, p_align) + st_value, the formula of glibc's
         _dl_determine_tlsoffset for the first module.
         """
-        tls = [seg for seg in elf.segments if seg[0] == PT_TLS]
+        tls = [seg for seg in elf.segments if seg.type == PT_TLS]
         symbol = symbols.get("_Py_tss_tstate")
-        if elf.type != 3 and elf.type != 2:
+        if elf.type != ET_DYN and elf.type != ET_EXEC:
             return 0
-        if not tls or symbol is None or symbol[2] != STT_TLS:
+        if not tls or symbol is None or symbol.type != STT_TLS:
             return 0
-        _, _, _, vaddr, _, _, memsz, align = tls[0]
-        align = max(align, 1)
+        vaddr, memsz, align = tls[0].vaddr, tls[0].memsz, max(tls[0].align, 1)
         firstbyte = -vaddr & (align - 1)
         block = -(-(memsz - firstbyte) // align) * align + firstbyte
         return block - symbol[0]
