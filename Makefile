@@ -30,7 +30,14 @@ PRISTINE := $(B)/pristine/$(SHA256)
 PATCH_INPUTS := $(PIN) $(SERIES_DIR)/loop-flags \
 	$(SERIES_DIR)/pydtrace_seam.h \
 	$(wildcard $(SERIES_DIR)/overlay-replaces $(SERIES_DIR)/patches/*)
-OVERLAY_FILES := $(shell find overlay -type f 2>/dev/null)
+# overlay/ but the toolkit, overlay/Lib/usdt, which tools/sync-toolkit
+# lays (below): nothing compiled or regenerated reads it.
+OVERLAY_FILES := $(shell find overlay -path overlay/Lib/usdt -prune -o \
+	-type f -print 2>/dev/null)
+# The toolkit's files, and its directories, whose times change when a file
+# is removed.
+TOOLKIT_FILES := $(shell find overlay/Lib/usdt -name __pycache__ -prune -o \
+	-print 2>/dev/null)
 TOOLS := tools/lib.sh
 # The machine's Python (Debian 12's), which runs the benchmarks' scripts:
 # they measure the interpreters they are given, not the one they run on.
@@ -41,7 +48,7 @@ TREES := stage stamps
 
 export SERIES
 
-.PHONY: all deps fetch prepare configure build check check-regrtest \
+.PHONY: all deps fetch prepare toolkit configure build check check-regrtest \
 	check-regrtest-full check-freethreading install clean distclean \
 	patch-queue patch-export release demo check-install \
 	shared install-shared check-shared deb check-release
@@ -67,6 +74,19 @@ prepare: $(S)/stamps/prepare
 $(S)/stamps/prepare: $(B)/dl/$(TARBALL) $(PATCH_INPUTS) $(OVERLAY_FILES) \
 		tools/prepare tools/regen $(TOOLS) | deps
 	tools/prepare
+
+# The toolkit, overlay/Lib/usdt, as the last commit of build/3.13/src
+# (tools/sync-toolkit): after an edit of it, `make` writes the files that
+# changed and rebuilds only the build info (sys.version names the commit),
+# without a prepare.  $(S)/stamps/toolkit-commit changes only when the
+# commit does, which is what the build info depends on.
+toolkit: $(S)/stamps/toolkit
+$(S)/stamps/toolkit: $(TOOLKIT_FILES) tools/sync-toolkit $(TOOLS) \
+		$(S)/stamps/prepare
+	tools/sync-toolkit $(S)/src
+	git -C $(S)/src rev-parse HEAD | cmp -s - $(S)/stamps/toolkit-commit || \
+		git -C $(S)/src rev-parse HEAD > $(S)/stamps/toolkit-commit
+	touch $@
 
 # configure reruns only when configure itself, or our flags, change:
 # tools/prepare rewrites build/3.13/src/configure only when its content changes.
@@ -102,12 +122,13 @@ $(S)/stamps/prefix:
 # into Modules/getbuildinfo.o, which CPython rebuilds only when an object
 # changes: rebuild it whenever build/3.13/src moves.
 # make_tree OBJDIR: build one configured tree of build/3.13/src.
-make_tree = if [ $(S)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ]; then \
+make_tree = if [ $(S)/stamps/prepare -nt $(1)/Modules/getbuildinfo.o ] || \
+		[ $(S)/stamps/toolkit-commit -nt $(1)/Modules/getbuildinfo.o ]; then \
 		rm -f $(1)/Modules/getbuildinfo.o; fi; \
 	$(MAKE) -C $(1) -j$(NPROC)
 
 TREES += obj
-build: deps $(S)/obj/usdt-configure-flags
+build: deps $(S)/obj/usdt-configure-flags $(S)/stamps/toolkit
 	$(call make_tree,$(S)/obj)
 
 # The release interpreter, build/3.13/release/python: upstream's PGO + LTO
@@ -117,7 +138,7 @@ build: deps $(S)/obj/usdt-configure-flags
 # mismatch), so a tree whose sources moved since its training run is
 # trained again: CPython's profile-removal drops the data and the stamp.
 TREES += release
-release: deps $(S)/release/usdt-configure-flags
+release: deps $(S)/release/usdt-configure-flags $(S)/stamps/toolkit
 	if [ -e $(S)/release/profile-run-stamp ] && \
 	   [ $(S)/stamps/prepare -nt $(S)/release/profile-run-stamp ]; then \
 		$(MAKE) -C $(S)/release profile-removal; fi
@@ -170,7 +191,7 @@ check-uprobe-guest: build
 # in the root of tools/dtrace-root (docs/howto-build.md).  It needs the
 # prepared tree only, not the build.
 TREES += docs
-check-docs: $(S)/stamps/prepare
+check-docs: $(S)/stamps/toolkit
 	tools/check-docs
 
 # Upstream's whole regression suite on our build and on a pristine build of
@@ -226,7 +247,7 @@ TREES += obj-ft
 $(S)/obj-ft/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	VARIANT=freethreading PREFIX=$(PREFIX) tools/configure $(S)/obj-ft $(CURDIR)/$(S)/src
 
-check-freethreading: deps $(S)/obj-ft/usdt-configure-flags
+check-freethreading: deps $(S)/obj-ft/usdt-configure-flags $(S)/stamps/toolkit
 	$(call make_tree,$(S)/obj-ft)
 	tools/check $(S)/obj-ft
 
@@ -240,7 +261,7 @@ install: build
 # directory and compares the result with build/SERIES/obj/python, as it
 # is: `make check` runs it after the install tiers, which leave that tree
 # built for another prefix, and the facts compared do not depend on it.
-dist: $(S)/stamps/prepare
+dist: $(S)/stamps/toolkit
 	tools/dist $(B)/dist
 check-dist: dist
 	tools/check-dist $(S)/obj
@@ -248,7 +269,7 @@ check-dist: dist
 # The --enable-shared variant, build/3.13/obj-shared: libpython3.13.so carries
 # the probes, and the installed python3 finds it through its run path.
 TREES += obj-shared
-shared: deps $(S)/obj-shared/usdt-configure-flags
+shared: deps $(S)/obj-shared/usdt-configure-flags $(S)/stamps/toolkit
 	$(call make_tree,$(S)/obj-shared)
 $(S)/obj-shared/usdt-configure-flags: $(S)/src/configure $(LOOP_FLAGS_FILE) tools/configure $(S)/stamps/prefix
 	SHARED=yes PREFIX=$(PREFIX) tools/configure $(S)/obj-shared $(CURDIR)/$(S)/src

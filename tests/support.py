@@ -25,9 +25,12 @@ PYTHON = os.environ.get("CPYTHON_USDT_PYTHON",
                         os.path.join(BUILD, SERIES, "obj", "python"))
 
 
-# The package usdt of this tree: the tracing tools (usdt.stacks,
-# usdt.tools) and their ready scripts (usdt/scripts).
-USDT_PACKAGE = os.path.join(TOP, "overlay", "Lib", "usdt")
+# The package usdt: the tracing tools (usdt.stacks, usdt.tools) and their
+# ready scripts (usdt/scripts).  The copy that the interpreter under test
+# imports, in the prepared tree, which make keeps the same as
+# overlay/Lib/usdt (tools/sync-toolkit): one copy for the interpreter and
+# the tests.
+USDT_PACKAGE = os.path.join(BUILD, SERIES, "src", "Lib", "usdt")
 # Code that imports USDT_PACKAGE (the path in sys.argv[1]) as usdt, under
 # any Python 3, as python3 PATH/usdt/stacks does: for tests that run its
 # modules in a process of their own.
@@ -39,9 +42,9 @@ IMPORT_USDT = textwrap.dedent("""\
 
 
 def usdt_module(name):
-    """The module usdt.<name> of this tree (USDT_PACKAGE), imported with
-    the package as usdt in this process: not the built interpreter's copy
-    of it, which is only as new as the last make."""
+    """The module usdt.<name> of USDT_PACKAGE, imported with the package
+    as usdt in this process, which may be another Python than the one
+    under test (test_driver's)."""
     package = sys.modules.get("usdt")
     if package is None or os.path.dirname(
             os.path.abspath(package.__file__)) != USDT_PACKAGE:
@@ -51,7 +54,7 @@ def usdt_module(name):
 
 
 def bpftrace_module():
-    """usdt._bpftrace of this tree (overlay/Lib/usdt), the runner that
+    """usdt._bpftrace of USDT_PACKAGE, the runner that
     knows how each bpftrace version differs."""
     return usdt_module("_bpftrace")
 

@@ -23,9 +23,9 @@ import tempfile
 import time
 import unittest
 
-from support import (Bpftrace, PYTHON, Semaphore, TOP, bpftrace_env,
-                     free_threaded, iter_lines, pystack_filename, readline, start,
-                     tracer_unusable)
+from support import (Bpftrace, PYTHON, Semaphore, USDT_PACKAGE,
+                     bpftrace_env, free_threaded, iter_lines, pystack_filename,
+                     readline, start, tracer_unusable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "data", "alloc_workload.py")
@@ -33,7 +33,7 @@ DRIVEN = os.path.join(HERE, "data", "alloc_driven.py")
 SITES = os.path.join(HERE, "data", "alloc_sites.py")
 # Its name as usdt.stacks prints it (cut in a clone under a deep directory).
 SHOWN = pystack_filename(SITES)
-PYSTACK = os.path.join(TOP, "overlay", "Lib", "usdt", "stacks")
+PYSTACK = os.path.join(USDT_PACKAGE, "stacks")
 # usdt.stacks runs under any Python 3: the system's, as test_stack_tool runs it.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
 

@@ -490,6 +490,52 @@ class MakefilePreviewTest(unittest.TestCase):
             self.assertIn("tools/configure", preview())
 
 
+class MakefileToolkitTest(unittest.TestCase):
+    """An edit of the toolkit, overlay/Lib/usdt, needs no prepare: make
+    lays it into build/SERIES/src with tools/sync-toolkit alone; another
+    file of overlay/ still prepares."""
+
+    def preview(self, *args):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            # Every stamp newer than its inputs, in the order make writes
+            # them.
+            chain = [os.path.join("dl", PIN["TARBALL"]),
+                     os.path.join("3.13", "stamps", "prepare"),
+                     os.path.join("3.13", "stamps", "toolkit")]
+            now = time.time_ns()
+            for k, name in enumerate(chain):
+                path = os.path.join(build, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+                os.utime(path, ns=(now + k * 1000, now + k * 1000))
+            proc = run(["make", "-n", "-C", TOP, "B=" + build, *args,
+                        "toolkit"])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return [line.split()[0] for line in proc.stdout.splitlines()
+                    if line.strip()]
+
+    def test_up_to_date(self):
+        steps = self.preview()
+        self.assertNotIn("tools/sync-toolkit", steps)
+        self.assertNotIn("tools/prepare", steps)
+
+    def test_toolkit_edited(self):
+        for name in ("tools.py", os.path.join("scripts", "call_stack.bt")):
+            with self.subTest(name=name):
+                steps = self.preview("-W", os.path.join(
+                    "overlay", "Lib", "usdt", name))
+                self.assertIn("tools/sync-toolkit", steps)
+                self.assertNotIn("tools/prepare", steps)
+
+    def test_other_overlay_file_edited(self):
+        steps = self.preview("-W", os.path.join("overlay", "Modules",
+                                                "_usdt", "module.c"))
+        self.assertIn("tools/prepare", steps)
+        self.assertLess(steps.index("tools/prepare"),
+                        steps.index("tools/sync-toolkit"))
+
+
 ATTACH_ERROR = ("ERROR: Error attaching probe: usdt:stand-in: "
                 "Operation not permitted")
 

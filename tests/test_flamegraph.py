@@ -22,9 +22,9 @@ import unittest
 import xml.etree.ElementTree as ElementTree
 
 import chromium
-from support import PYTHON, TOP, run, tracer_required
+from support import PYTHON, USDT_PACKAGE, run, tracer_required
 
-RENDERER = os.path.join(TOP, "overlay", "Lib", "usdt", "flamegraph.py")
+RENDERER = os.path.join(USDT_PACKAGE, "flamegraph.py")
 # The renderer runs under any Python 3: prefer the system's.
 TOOL_PYTHON = shutil.which("python3") or sys.executable
 SVG = "{http://www.w3.org/2000/svg}"

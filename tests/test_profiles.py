@@ -26,11 +26,10 @@ import time
 import unittest
 
 import chromium
-from support import (PYTHON, TOP, require_bpftrace, run, tracer_required,
-                     tracer_unusable)
+from support import (PYTHON, TOP, USDT_PACKAGE, require_bpftrace, run,
+                     tracer_required, tracer_unusable)
 
 READERS = os.path.join(TOP, "tools", "readers")
-LIB = os.path.join(TOP, "overlay", "Lib")
 _readers = {}
 
 
@@ -342,7 +341,7 @@ class EncoderTest(ReaderChecks, unittest.TestCase):
         folded = os.path.join(self.tmp, "stacks.folded")
         with open(folded, "w", encoding="utf-8") as f:
             f.write(FOLDED)
-        proc = run([PYTHON, os.path.join(LIB, "usdt", "profiles.py"),
+        proc = run([PYTHON, os.path.join(USDT_PACKAGE, "profiles.py"),
                     folded, *args], timeout=60)
         return proc
 

@@ -72,11 +72,17 @@ class StackToolModulesTest(unittest.TestCase):
 
     def test_nothing_of_the_toolkit_outside_the_package(self):
         # The ready scripts and usdt.stacks were once in overlay/Tools/usdt,
-        # copied into Lib/usdt at build time.
+        # copied into Lib/usdt at build time.  What lays the package into
+        # the tree (tools/sync-toolkit, which tools/prepare runs) copies
+        # overlay/Lib/usdt as it is, from nowhere else.
         self.assertFalse(os.path.exists(os.path.join(TOP, "overlay",
                                                      "Tools")))
-        with open(os.path.join(TOP, "tools", "prepare")) as f:
-            self.assertNotIn("Lib/usdt", f.read())
+        for name in ("prepare", "sync-toolkit"):
+            with open(os.path.join(TOP, "tools", name)) as f:
+                self.assertNotIn("Tools/usdt", f.read(), name)
+        with open(os.path.join(TOP, "tools", "sync-toolkit")) as f:
+            self.assertEqual(re.findall(r"^from=(.*)$", f.read(), re.M),
+                             ["$TOP/overlay/Lib/usdt"])
         scripts = os.listdir(os.path.join(USDT_PACKAGE, "scripts"))
         self.assertTrue({"gil.bt", "gil.d", "gil.stp"} <= set(scripts))
 

@@ -41,14 +41,14 @@ import urllib.error
 import urllib.request
 
 from support import (Bpftrace, Hang, PYTHON, SETTRACE_LINES, Semaphore, TOP,
-                     bpftrace_env, bpftrace_lines, bpftrace_module,
+                     USDT_PACKAGE, bpftrace_env, bpftrace_lines, bpftrace_module,
                      bpftrace_output, bpftrace_runner, free_threaded,
                      perf_map_entries, perf_map_path, readline,
                      require_bpftrace, run, stapsdt_notes, start)
 from test_stacks import (CHAIN, WORKLOAD as STACKS_WORKLOAD, bpftrace_stacks,
                          py_frame, start_consenting_workload)
 
-USDT = os.path.join(TOP, "overlay", "Lib", "usdt", "scripts")
+USDT = os.path.join(USDT_PACKAGE, "scripts")
 
 # "<timestamp>\t<probe, right-aligned on 15>:<indent><file>:<func>:<line>"
 CALL_STACK_LINE = re.compile(
