@@ -52,6 +52,11 @@ class Config:
     strlen: int = DEFAULT_STRLEN
     duration: typing.Optional[float] = None
     save: typing.Optional[str] = None
+    # Whether the program stops a -c command at the end of its main
+    # module, until the code objects of its last records are read
+    # (tracing.ExitHold): false for a program that is only loaded
+    # (--verifier-stats), whose command nothing would resume.
+    hold: bool = True
     # Set by prepare() on its copy, never by a caller: libc's call-frame
     # rules with native (program.Libc), read before tracing.
     libc: typing.Any = dataclasses.field(default=None, repr=False)

@@ -158,7 +158,8 @@ def run(argv=None):
         co_name=args.co_name, native=args.native,
         max_native=args.max_native, max_depth=args.max_depth,
         max_threads=args.max_threads, strlen=args.strlen,
-        duration=args.duration, save=args.save)
+        duration=args.duration, save=args.save,
+        hold=not args.verifier_stats)
     try:
         if args.read:
             result = read(args.read, config)

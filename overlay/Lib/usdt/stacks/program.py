@@ -362,9 +362,10 @@ def program_maps(text):
 
 def hold(interp, args):
     """Whether the program stops the -c command before it finalizes:
-    not for --verifier-stats, whose command nothing would resume."""
+    not when args.hold is false (--verifier-stats, whose command nothing
+    would resume)."""
     return (args.command is not None and interp.has_run_eval and
-            not getattr(args, "verifier_stats", False))
+            getattr(args, "hold", True))
 
 
 def hold_probes(interp, runner):

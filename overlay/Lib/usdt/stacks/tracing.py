@@ -157,7 +157,7 @@ def refusal_advice(interp, args, probes, runner):
         tries.append((depth, frames))
     for depth, frames in tries:
         lower = dataclasses.replace(args, max_depth=depth,
-                                    max_native=frames)
+                                    max_native=frames, hold=False)
         stats, errors, status = runner.verify(
             program(interp, lower, probes, runner))
         if status == 0 and not _bpftrace.refusal(errors):
