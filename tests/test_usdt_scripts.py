@@ -1470,8 +1470,8 @@ class StrlenAdviceTest(UsdtScriptTestCase):
         for script in scripts:
             need = script_strlen(script)
             if need is not None:
-                self.assertIn(os.path.join("overlay", "Lib", "usdt", "scripts",
-                                           script),
+                self.assertIn(os.path.relpath(os.path.join(USDT, script),
+                                              TOP),
                               documented.get(need, {}), script)
         # bpftrace accepts at most 200: a longer base name
         # Something for every script: calls, C calls, an exception, an
