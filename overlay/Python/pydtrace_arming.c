@@ -95,7 +95,8 @@ probes_armed(void)
 {
     int armed = 0;
     if (PyDTrace_FUNCTION_ENTRY_ENABLED()
-        || PyDTrace_FUNCTION_RETURN_ENABLED())
+        || PyDTrace_FUNCTION_RETURN_ENABLED()
+        || PyDTrace_BATCH_ENABLED())
     {
         armed |= ARMED_FUNCTION;
     }

@@ -110,6 +110,9 @@ _PyDTrace_LegacyEvent(PyThreadState *tstate, int event,
                 break;
             default:
                 fire_function(event, frame, instr);
+                if (PyDTrace_BATCH_ENABLED()) {
+                    _PyDTrace_BatchRecord(event, frame);
+                }
                 break;
         }
         if (!_PySeam_HasProfileFunc(tstate)) {

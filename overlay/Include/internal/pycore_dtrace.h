@@ -15,6 +15,8 @@
  *   Python/pydtrace_stacks.c      stacks__enable (perf-map trampoline)
  *   Python/pydtrace_alloc.c       otel_memory:alloc/free (a wrapper of
  *                                 the PyMem allocators while armed)
+ *   Python/pydtrace_batch.c       batch (function events as records in a
+ *                                 buffer per thread, one marker per buffer)
  *
  * Those files reach CPython's internals only through
  * Include/internal/pydtrace_seam.h, the version seam (one per CPython
@@ -204,6 +206,33 @@ extern uint8_t _PyDTrace_LegacyJump(PyThreadState *tstate,
                                     _Py_CODEUNIT *instr, _Py_CODEUNIT *target,
                                     uint8_t tools);
 extern void _PyDTrace_FireLine(struct _PyInterpreterFrame *frame, int line);
+
+/* python:batch (Python/pydtrace_batch.c, which documents the layout): the
+ * record of version 1, and its kinds. */
+struct _PyDTrace_BatchRecord {
+    uint64_t code;              /* the code object's address */
+    uint64_t time;              /* CLOCK_MONOTONIC, ns */
+    uint32_t kind;              /* _PyDTrace_BATCH_START... */
+    uint32_t code_version;      /* the code object's co_version */
+};
+#define _PyDTrace_BATCH_VERSION 1
+#define _PyDTrace_BATCH_START 1
+#define _PyDTrace_BATCH_RESUME 2
+#define _PyDTrace_BATCH_THROW 3
+#define _PyDTrace_BATCH_RETURN 4
+#define _PyDTrace_BATCH_YIELD 5
+#define _PyDTrace_BATCH_UNWIND 6
+/* Records per buffer (12 KiB): a consumer's loop must go this far (512
+ * iterations of calls-batch.bt take bpftrace 0.17 about half of the
+ * verifier's million instructions). */
+#define _PyDTrace_BATCH_CAPACITY 512
+/* A buffer whose oldest record is older is handed over at the next event,
+ * before that event's record. */
+#define _PyDTrace_BATCH_MAX_AGE_NS 1000000000u
+/* Called for the legacy profile slot's function events while the marker
+ * is armed. */
+extern void _PyDTrace_BatchRecord(int event,
+                                  struct _PyInterpreterFrame *frame);
 
 #define _PyDTrace_LEGACY_TOOLS \
     ((1 << PY_MONITORING_SYS_PROFILE_ID) | (1 << PY_MONITORING_SYS_TRACE_ID))

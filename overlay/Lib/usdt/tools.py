@@ -40,7 +40,7 @@ import sys
 import sysconfig
 import tempfile
 
-from usdt import _bpftrace, _elf, profiles
+from usdt import _batch, _bpftrace, _elf, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,7 +68,7 @@ class Tool:
 # that many keys).
 TOOLS = [
     Tool("calls", "Which Python functions are called most often?",
-         "top-functions.bt", 160, 65536, watched=True),
+         "calls-batch.bt", 160, 65536, watched=True),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
          "and exclusive wall time, latency histograms; or (--svg) a flame "
          "graph of wall time by call path", "latency.bt",
@@ -269,11 +269,13 @@ def run_script(tool, args, extra):
     return status
 
 
-def trace(tool, script, args, extra, strlen=None):
+def trace(tool, script, args, extra, strlen=None, drop_flags=True):
     """Run the ready script *script* for *tool*: (bpftrace's status, its
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
-    not the tool's."""
+    not the tool's.  drop_flags false: without the flags that make
+    bpftrace report a full map (-k), whose checks make a program with
+    long loops too large for the verifier; the caller checks its maps."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
@@ -287,13 +289,13 @@ def trace(tool, script, args, extra, strlen=None):
                 text = f.read()
             with open(program, "w") as f:
                 f.write(text + ATTACHED_PROBE)
-            cmd = [*runner.drop_flags(), "-q", "-B", "none",
+            cmd = [*(runner.drop_flags() if drop_flags else []), "-q", "-B", "none",
                    program, args.binary,
                    *extra, "-p", str(args.pid)]
         else:
             # Its output in a file: standard output is the command's.
             # bpftrace starts the command once it has attached.
-            cmd = [*runner.drop_flags(), "-q", "-o", output,
+            cmd = [*(runner.drop_flags() if drop_flags else []), "-q", "-o", output,
                    script_path(script), args.binary, *extra,
                    "-c", args.command]
         session = _bpftrace.Session(runner, cmd, env,
@@ -411,6 +413,26 @@ def callpaths_command(tool, args):
                    start_lines=True)
     if args.folded or args.output:
         write(args, folded)
+    return status
+
+
+def calls_command(tool, args):
+    """calls: the batches of python:batch (usdt._batch), or with
+    --per-event top-functions.bt's function__entry hits."""
+    if args.per_event:
+        status, text = trace(tool, "top-functions.bt", args, [])
+    else:
+        status, text = trace(tool, tool.script, args,
+                             _batch.program_params(args.binary),
+                             drop_flags=False)
+        maps, counters = _batch.parse(text)
+        _batch.report(tool.name, counters,
+                      keys=args.map_keys or tool.keys or 4096, maps=maps)
+        text = _batch.format_calls(_batch.calls_by_function(maps),
+                                   args.top)
+    if args.filter:
+        text = filter_output(text, args.filter)
+    write(args, text)
     return status
 
 
@@ -758,6 +780,14 @@ def main(argv=None):
                              help="instead, draw that time as a flame "
                              "graph in FILE (-o also writes the folded "
                              "stacks)")
+        elif tool.name == "calls":
+            sub.add_argument("--top", type=int, default=20, metavar="N",
+                             help="functions shown, 0 for all (default "
+                             "%(default)s)")
+            sub.add_argument("--per-event", action="store_true",
+                             help="one trap per call (top-functions.bt, "
+                             "function__entry) instead of one per batch "
+                             "of calls (calls-batch.bt, python:batch)")
         elif tool.name == "ccalls":
             sub.add_argument("--histogram", nargs=2,
                              metavar=("MODULE", "FUNCNAME"),
@@ -858,6 +888,8 @@ def run_tool(tool, args):
         return alloc_command(args)
     if tool.name == "profile":
         return profile_command(args)
+    if tool.name == "calls":
+        return calls_command(tool, args)
     extra = []
     if tool.name == "latency":
         if args.folded or args.svg:

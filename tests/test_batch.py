@@ -1,0 +1,289 @@
+"""python:batch (Python/pydtrace_batch.c) against sys.setprofile().
+
+The records of the batches a tracer receives, counted per code object and
+kind, equal the 'call' and 'return' events that a sys.setprofile()
+function (threading.setprofile_all_threads()) receives in a run of the
+same deterministic workload: generators, exceptions that unwind several
+frames, threads.  A forked child's batches hold the child's events only.
+python -m usdt.tools calls, which reads the batches, counts as
+sys.setprofile() does.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+from support import (PYTHON, Bpftrace, bpftrace_env, require_bpftrace, run,
+                     usdt_module)
+
+# The workload: deterministic calls of its own functions.  With argv[1]
+# "profile", it counts its functions' setprofile events in every thread
+# and prints them as JSON; otherwise, given the offset of co_version in a
+# code object in CO_VERSION_OFFSET, it prints {address of each code object: [its
+# qualname, its co_version]} at the end, for the records to be named
+# (an address alone may have been another code object's before, such as
+# a module body's that ran at start-up).
+WORKLOAD = textwrap.dedent("""\
+    import ctypes, json, sys, threading
+
+    def leaf(i):
+        return i + 1
+
+    def gen(n):
+        for i in range(n):
+            yield leaf(i)
+
+    def deep(k):
+        if k == 0:
+            raise ValueError(k)
+        return deep(k - 1)
+
+    def catcher():
+        try:
+            deep(5)
+        except ValueError:
+            return 1
+
+    def closer():
+        g = gen(10)
+        next(g)
+        try:
+            g.throw(KeyError)
+        except KeyError:
+            pass
+
+    def work(n):
+        total = 0
+        for i in range(n):
+            total += leaf(i)
+            total += sum(gen(3))
+            total += catcher()
+        closer()
+        return total
+
+    def threaded():
+        threads = [threading.Thread(target=work, args=(300,))
+                   for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def main():
+        work(2000)
+        threaded()
+
+    def version(code, off):
+        return ctypes.c_uint32.from_address(id(code) + off).value
+
+    FUNCS = [leaf, gen, deep, catcher, closer, work, threaded, main]
+    CODES = {f.__code__: f.__qualname__ for f in FUNCS}
+
+    if sys.argv[1:] == ["profile"]:
+        counts = {}
+        def prof(frame, event, arg):
+            name = CODES.get(frame.f_code)
+            if name is not None and event in ("call", "return"):
+                key = name + " " + event
+                counts[key] = counts.get(key, 0) + 1
+        threading.setprofile_all_threads(prof)
+        main()
+        threading.setprofile_all_threads(None)
+        print(json.dumps(counts))
+    else:
+        main()
+        import os
+        off = int(os.environ.get("CO_VERSION_OFFSET", "0"))
+        if off:
+            print(json.dumps({str(id(c)): [n, version(c, off)]
+                              for c, n in CODES.items()}))
+""")
+
+# Every record of every batch: (pid, code, kind) counts.
+RECORDS = """
+usdt:%s:python:batch
+{
+	@batches[pid] = count();
+	@lost = sum(arg4);
+	if (arg2 != 24 || arg3 != 1) {
+		@bad_layout = count();
+	}
+	$i = 0;
+	while ($i < 512) {
+		if ($i >= arg1) {
+			break;
+		}
+		$r = (uint64)arg0 + (uint64)$i * 24;
+		@n[pid, *(uint64 *)uptr($r), *(uint32 *)uptr($r + 20),
+		   *(uint32 *)uptr($r + 16)] = count();
+		$i++;
+	}
+	if (arg1 > 512) {
+		@too_many = count();
+	}
+}
+"""
+
+KINDS = {1: "call", 2: "call", 3: "call", 4: "return", 5: "return",
+         6: "return"}
+
+
+class BatchTest(unittest.TestCase):
+
+    def setUp(self):
+        require_bpftrace(self)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def script(self, text, name="workload.py"):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def records(self, script):
+        """{pid: Counter {(code, co_version, kind): records}} and the
+        counters of the traced run, with the program's stdout."""
+        offset = usdt_module("stacks.offsets").Interpreter(PYTHON).co_version
+        env = dict(os.environ, CO_VERSION_OFFSET=str(offset))
+        proc = Bpftrace.run(RECORDS % PYTHON, script, timeout=300, env=env)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        per_pid = collections.defaultdict(collections.Counter)
+        counters = collections.Counter()
+        lines = []
+        for line in proc.stdout.splitlines():
+            if not line.startswith("@"):
+                if line.startswith("{"):
+                    lines.append(line)
+                continue
+            for name, keys, value in Bpftrace.maps(line):
+                if name == "n":
+                    pid, code, version, kind = map(int, keys)
+                    per_pid[pid][code, version, kind] += value
+                else:
+                    counters[name] += value
+        return per_pid, counters, lines
+
+    def records_everywhere(self, script):
+        """records() of bpftrace attached to every process of PYTHON (no
+        -c, which traces the command's process only, not its children)."""
+        offset = usdt_module("stacks.offsets").Interpreter(PYTHON).co_version
+        program = (RECORDS % PYTHON) + (
+            'interval:ms:20 /@ready == 0/ { @ready = 1; '
+            'printf("ready\\n"); }\nEND { clear(@ready); }\n')
+        bpftrace = subprocess.Popen(["bpftrace", "-q", "-e", program],
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        self.addCleanup(bpftrace.wait)
+        try:
+            line = bpftrace.stdout.readline()
+            self.assertEqual(line.strip(), "ready")
+            env = dict(os.environ, CO_VERSION_OFFSET=str(offset))
+            proc = run([PYTHON, script], env=env, timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        finally:
+            stdout, stderr = Bpftrace.interrupt(bpftrace)
+        per_pid = collections.defaultdict(collections.Counter)
+        counters = collections.Counter()
+        for name, keys, value in Bpftrace.maps(stdout):
+            if name == "n":
+                pid, code, version, kind = map(int, keys)
+                per_pid[pid][code, version, kind] += value
+            else:
+                counters[name] += value
+        return per_pid, counters, proc.stdout.splitlines()
+
+    def test_records_equal_setprofile(self):
+        script = self.script(WORKLOAD)
+        truth = run([PYTHON, script, "profile"], timeout=300)
+        self.assertEqual(truth.returncode, 0, truth.stderr)
+        expected = json.loads(truth.stdout.splitlines()[-1])
+        per_pid, counters, lines = self.records(script)
+        names = {(int(code), version): name
+                 for code, (name, version) in json.loads(lines[-1]).items()}
+        self.assertEqual(len(per_pid), 1, per_pid.keys())
+        found = collections.Counter()
+        for (code, version, kind), n in next(iter(per_pid.values())).items():
+            self.assertIn(kind, KINDS)
+            if (code, version) in names:
+                found["%s %s" % (names[code, version], KINDS[kind])] += n
+        self.assertEqual(dict(found), expected)
+        self.assertEqual(counters["lost"], 0)
+        self.assertEqual(counters["bad_layout"], 0)
+        self.assertEqual(counters["too_many"], 0)
+        # Several batches: full buffers, the threads' exits, the exit.
+        self.assertGreater(counters["batches"], 5)
+
+    def test_fork_child_starts_empty(self):
+        # The parent's records made before fork() are in its buffer only:
+        # the child's batches hold the child's calls and nothing of the
+        # parent's (its exit flush would otherwise hand them over twice).
+        script = self.script(textwrap.dedent("""\
+            import ctypes, json, os, sys
+            def before():
+                pass
+            def child():
+                pass
+            def key(f):
+                code = f.__code__
+                return [id(code), ctypes.c_uint32.from_address(
+                    id(code) + int(os.environ["CO_VERSION_OFFSET"])).value]
+            for _ in range(10):
+                before()
+            pid = os.fork()
+            if pid == 0:
+                for _ in range(7):
+                    child()
+                sys.exit(0)
+            os.waitpid(pid, 0)
+            print(json.dumps({"parent": os.getpid(), "child": pid,
+                              "before": key(before),
+                              "child_code": key(child)}))
+            """))
+        per_pid, counters, lines = self.records_everywhere(script)
+        ids = json.loads(lines[-1])
+        parent, child = per_pid[ids["parent"]], per_pid[ids["child"]]
+        before, child_code = tuple(ids["before"]), tuple(ids["child_code"])
+        self.assertEqual(parent[before + (1,)], 10)
+        self.assertEqual(parent[child_code + (1,)], 0)
+        self.assertEqual(child[before + (1,)], 0)
+        self.assertEqual(child[before + (4,)], 0)
+        self.assertEqual(child[child_code + (1,)], 7)
+        self.assertEqual(child[child_code + (4,)], 7)
+        self.assertEqual(counters["lost"], 0)
+
+    def test_calls_tool_equals_setprofile(self):
+        # python -m usdt.tools calls --top 0 (calls-batch.bt): the calls of
+        # each of the workload's functions, as setprofile counts them.
+        script = self.script(WORKLOAD)
+        truth = run([PYTHON, script, "profile"], timeout=300)
+        self.assertEqual(truth.returncode, 0, truth.stderr)
+        expected = {name.rpartition(" ")[0]: n for name, n in
+                    json.loads(truth.stdout.splitlines()[-1]).items()
+                    if name.endswith(" call")}
+        output = os.path.join(self.tmp.name, "calls.txt")
+        proc = run([PYTHON, "-m", "usdt.tools", "calls", "--top", "0",
+                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
+                   timeout=300, env=bpftrace_env())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(output) as f:
+            text = f.read()
+        found = {}
+        for name, keys, value in Bpftrace.maps(text):
+            self.assertEqual(name, "calls")
+            # The module's body runs before setprofile is set.
+            if keys[0] == script and keys[1] != "<module>":
+                found[keys[1]] = found.get(keys[1], 0) + value
+        # setprofile's names are qualnames; these are all top-level.
+        self.assertEqual(found, expected)
+        self.assertNotIn("lost", proc.stderr)
+        self.assertNotIn("full", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
