@@ -269,34 +269,48 @@ def run_script(tool, args, extra):
     return status
 
 
-def trace(tool, script, args, extra, strlen=None, drop_flags=True):
+def trace(tool, script, args, extra, strlen=None, drop_flags=True,
+          loops=False):
     """Run the ready script *script* for *tool*: (bpftrace's status, its
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
     not the tool's.  drop_flags false: without the flags that make
     bpftrace report a full map (-k), whose checks make a program with
-    long loops too large for the verifier; the caller checks its maps."""
+    long loops too large for the verifier; the caller checks its maps.
+    loops: the script's range loops are written as this version of
+    bpftrace takes them (_bpftrace.Bpftrace.loops(), stack_config())."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
     env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
+        flags = runner.drop_flags() if drop_flags else []
+        path = script_path(script)
+        if loops:
+            with open(path) as f:
+                text = f.read()
+            head, _, body = text.partition("\n")
+            if not head.startswith("#!"):
+                head, body = "", text
+            path = os.path.join(tmp, "loops-" + script)
+            with open(path, "w") as f:
+                f.write(runner.stack_config() + runner.loops(body))
         if args.pid is not None:
             # Its output on a pipe, to see when it has attached.
             program = os.path.join(tmp, script)
-            with open(script_path(script)) as f:
+            with open(path) as f:
                 text = f.read()
             with open(program, "w") as f:
                 f.write(text + ATTACHED_PROBE)
-            cmd = [*(runner.drop_flags() if drop_flags else []), "-q", "-B", "none",
+            cmd = [*flags, "-q", "-B", "none",
                    program, args.binary,
                    *extra, "-p", str(args.pid)]
         else:
             # Its output in a file: standard output is the command's.
             # bpftrace starts the command once it has attached.
-            cmd = [*(runner.drop_flags() if drop_flags else []), "-q", "-o", output,
-                   script_path(script), args.binary, *extra,
+            cmd = [*flags, "-q", "-o", output,
+                   path, args.binary, *extra,
                    "-c", args.command]
         session = _bpftrace.Session(runner, cmd, env,
                                     detects_attach=args.pid is not None)
@@ -424,7 +438,7 @@ def calls_command(tool, args):
     else:
         status, text = trace(tool, tool.script, args,
                              _batch.program_params(args.binary),
-                             drop_flags=False)
+                             drop_flags=False, loops=True)
         maps, counters = _batch.parse(text)
         _batch.report(tool.name, counters,
                       keys=args.map_keys or tool.keys or 4096, maps=maps)
