@@ -433,6 +433,12 @@ def callpaths_command(tool, args):
 def calls_command(tool, args):
     """calls: the batches of python:batch (usdt._batch), or with
     --per-event top-functions.bt's function__entry hits."""
+    runner = _bpftrace.find()
+    if not args.per_event and _batch.too_large_for(runner):
+        sys.stderr.write("usdt.tools calls: bpftrace %s cannot load "
+                         "calls-batch.bt (the verifier's limit): one trap "
+                         "per call instead (--per-event)\n" % runner)
+        args.per_event = True
     if args.per_event:
         status, text = trace(tool, "top-functions.bt", args, [])
     else:
