@@ -86,15 +86,20 @@ WORKLOAD = textwrap.dedent("""\
     CODES = {f.__code__: f.__qualname__ for f in FUNCS}
 
     if sys.argv[1:] == ["profile"]:
-        counts = {}
+        # Per thread: a thread switch between the read and the write of
+        # a count shared by the threads would lose calls.
+        per_thread = {}
         def prof(frame, event, arg):
             name = CODES.get(frame.f_code)
             if name is not None and event in ("call", "return"):
-                key = name + " " + event
-                counts[key] = counts.get(key, 0) + 1
+                key = (threading.get_ident(), name + " " + event)
+                per_thread[key] = per_thread.get(key, 0) + 1
         threading.setprofile_all_threads(prof)
         main()
         threading.setprofile_all_threads(None)
+        counts = {}
+        for (_, key), n in per_thread.items():
+            counts[key] = counts.get(key, 0) + n
         print(json.dumps(counts))
     else:
         main()
