@@ -98,6 +98,9 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
     {
         return;
     }
+    if (!_PyDTrace_FrameSelected(frame, event)) {
+        return;
+    }
     const char *ml_name;
     PyTypeObject *owner;
     PyObject *module = NULL;

@@ -8,8 +8,13 @@ interpreter, with the same options everywhere:
                   spaces, as bpftrace -c splits it)
     -d SECONDS    stop after SECONDS and print what was found
     -o FILE       write the results to FILE, not to standard output
-    -f TEXT       keep only the entries whose key contains TEXT (a module,
-                  a file, a function)
+    -f TEXT       calls, latency, lines, ccalls, exceptions: trace only
+                  the code whose file name, name or qualified name
+                  contains TEXT (a dotted module name selects its
+                  files), selected in the interpreter before any trap
+                  (usdt._select; ccalls: the C calls made from that
+                  code); the other tools keep the entries whose key
+                  contains TEXT (stacks: those with a frame that does)
 
 The tools are the ready bpftrace scripts of usdt/scripts, and usdt.stacks
 (usdt.stacks, run in this process) for stacks, alloc and profile, run
@@ -39,8 +44,9 @@ import signal
 import sys
 import sysconfig
 import tempfile
+import time
 
-from usdt import _bpftrace, _elf, profiles
+from usdt import _bpftrace, _elf, _select, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -261,23 +267,52 @@ def target_args(args):
     return ["-c", args.command]
 
 
+# The tools whose markers a selection applies to (python -m usdt select):
+# for them, -f selects the code in the interpreter, before any trap.
+SELECTABLE = {"calls", "latency", "lines", "ccalls", "exceptions"}
+
+
 def run_script(tool, args, extra):
-    status, text = trace(tool, tool.script, args, extra)
-    if args.filter:
+    status, text = trace(tool, tool.script, args, extra,
+                         select=tool.name in SELECTABLE)
+    if args.filter and not args.selected:
         text = filter_output(text, args.filter)
     write(args, text)
     return status
 
 
-def trace(tool, script, args, extra, strlen=None):
+def trace(tool, script, args, extra, strlen=None, select=False):
     """Run the ready script *script* for *tool*: (bpftrace's status, its
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
-    not the tool's."""
+    not the tool's.  select: the script's markers take a selection, and
+    -f (or its absence) is written as the process's selection
+    (usdt._select); args.selected then says whether it took effect (an
+    entry that -f does not select never fired)."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
     env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
+    args.selected = False
+    seq = None
+    if select and args.pid is not None:
+        # Refused if another tracer's selection is in effect.
+        try:
+            seq = _select.claim(args.pid, args.filter or "")
+        except _select.Error as error:
+            raise Error(str(error)) from None
+    elif select and args.filter:
+        # bpftrace -c arms the markers before the command starts: the
+        # interpreter takes the selection at start-up from its
+        # environment (-X usdt_select's variable).
+        try:
+            _select.check_text(args.filter)
+        except _select.Error as error:
+            raise Error(str(error)) from None
+        env["PYTHONUSDTSELECT"] = args.filter
+        args.selected = True
+    else:
+        env.pop("PYTHONUSDTSELECT", None)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
         if args.pid is not None:
@@ -299,9 +334,13 @@ def trace(tool, script, args, extra, strlen=None):
         session = _bpftrace.Session(runner, cmd, env,
                                     detects_attach=args.pid is not None)
         lines = []
+        seen = {}
         if args.pid is not None:
             session.start(stdout=lambda pipe: collect_stdout(
-                pipe, lines, session.attached))
+                pipe, lines, session.attached), helpers=[
+                    lambda session: watch_selection(
+                        session, args.pid, seq, watcher_delay(args.binary),
+                        seen)] if seq is not None and args.filter else [])
         else:
             session.start(stdout=lambda pipe: _bpftrace.forward_stdout(
                 pipe, sys.stdout.buffer, runner.exit_newlines))
@@ -316,6 +355,8 @@ def trace(tool, script, args, extra, strlen=None):
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
+    if seq is not None and args.filter:
+        args.selected = selection_took_effect(tool, args.pid, seq, seen)
     text = "".join(line for line in text.splitlines(keepends=True)
                    if line.rstrip("\n") != "@usdt_tools_attached: 1")
     text, dropped = drop_warnings(_bpftrace.normalize(text))
@@ -327,6 +368,44 @@ def trace(tool, script, args, extra, strlen=None):
                          "(%s keys per map); give more with "
                          "--map-keys\n" % (tool.name, dropped, keys or 4096))
     return status, text
+
+
+def watch_selection(session, pid, seq, delay, seen):
+    """A helper of *session*: once it has attached, wait until process pid
+    has put the selection *seq* in effect (within *delay* seconds and
+    one more), and keep its last state read in seen["state"]."""
+    session.attached.wait()
+    deadline = time.monotonic() + delay + 1
+    try:
+        with _select.Block(pid) as block:
+            while True:
+                seen["state"] = block.read()
+                if (seen["state"]["applied_seq"] == seq
+                        or time.monotonic() >= deadline):
+                    return
+                time.sleep(0.05)
+    except _select.Error:
+        return
+
+
+def selection_took_effect(tool, pid, seq, seen):
+    """Whether the selection *seq* written into process pid was put in
+    effect (as watch_selection() saw it, or as the process says now); if
+    not, says on stderr that -f filters the output instead."""
+    state = seen.get("state")
+    if state is None or state["applied_seq"] != seq:
+        try:
+            with _select.Block(pid) as block:
+                state = block.read()
+        except _select.Error as error:
+            state = state or {"state": str(error), "applied_seq": None}
+    if state["applied_seq"] == seq:
+        return True
+    sys.stderr.write("usdt.tools %s: -f did not select the code in the "
+                     "process (its selection: %s): every event fired, and "
+                     "-f kept the entries whose key contains the text\n"
+                     % (tool.name, state["state"]))
+    return False
 
 
 # A line of callpaths.bt's maps: @map[path hash]: value.
@@ -705,9 +784,14 @@ def add_target(parser, required=True):
     parser.add_argument("-o", dest="output", metavar="FILE",
                         help="write the results to FILE")
     parser.add_argument("-f", dest="filter", metavar="TEXT",
-                        help="only the entries whose key contains TEXT "
-                        "(a module, a file, a function); for stacks, "
-                        "those with a frame that contains it")
+                        help="calls, latency, lines, ccalls, exceptions: "
+                        "only the code whose file name, name or qualified "
+                        "name contains TEXT (a dotted module name selects "
+                        "its files), selected in the process before any "
+                        "trap (ccalls: the C calls it makes; latency "
+                        "--folded/--svg: the call paths through it, "
+                        "filtered after); the other tools: the entries "
+                        "whose key contains TEXT (stacks: a frame)")
     parser.add_argument("-v", dest="verbose", action="store_true",
                         help="name the bpftrace used and its version, and "
                         "show the warnings of it that are known to be "
