@@ -76,6 +76,11 @@
 /* The events that a code object can have on its own (local events); the
  * others are the interpreter's only. */
 #define LOCAL_EVENTS ((1 << _PySeam_LOCAL_EVENTS) - 1)
+/* The local events that the probes use, which a selection sets on the
+ * code objects it selects (_PyDTrace_SelectCode()). */
+#define SELECTED_EVENTS \
+    ((FUNCTION_EVENTS | CFUNCTION_EVENTS | LINE_EVENTS | RESUME_EVENTS) \
+     & LOCAL_EVENTS)
 #define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
 #define LEGACY_TRACE_EVENTS \
     (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
@@ -200,6 +205,12 @@ _PyDTrace_SelectCode(PyCodeObject *code)
     const uint8_t slots = ((1 << PY_MONITORING_SYS_PROFILE_ID)
                            | (1 << PY_MONITORING_SYS_TRACE_ID));
     for (int event = 0; event < _PySeam_LOCAL_EVENTS; event++) {
+        /* Only the events the probes use: legacy tracing sets the trace
+         * slot's INSTRUCTION events on code objects itself
+         * (f_trace_opcodes). */
+        if (!((SELECTED_EVENTS >> event) & 1)) {
+            continue;
+        }
         uint8_t tools = _PySeam_LocalTools(code, event) & ~slots;
         tools |= ((profile >> event) & 1) << PY_MONITORING_SYS_PROFILE_ID;
         tools |= ((trace >> event) & 1) << PY_MONITORING_SYS_TRACE_ID;
