@@ -35,10 +35,14 @@ WORKLOADS = os.path.join(HERE, "workloads")
 CPU_RE = re.compile(r"cpu_ns=(\d+)")
 
 # (tool, its options, the workloads it traces).  richards is in every row;
-# the second workload fires the tool's probes the most.
+# the second workload fires the tool's probes the most.  The -f rows select
+# one method, Packet.__init__: 0.04 % of richards's 776,191 Python calls
+# (sys.setprofile's count at BENCH_SCALE=0.3).
 CASES = [
     ("calls", [], ["richards", "recursion"]),
+    ("calls -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency", [], ["richards", "recursion"]),
+    ("latency -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency --svg", ["--folded"], ["richards", "recursion"]),
     ("lines", [], ["richards", "loops"]),
     ("exceptions", [], ["richards", "exceptions"]),
@@ -162,7 +166,10 @@ def main():
                         "these measures")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=0.3)
-    parser.add_argument("--only", help="tools to measure, comma-separated")
+    parser.add_argument("--only", help="tools to measure, comma-separated "
+                        "(a name measures its rows with options too, "
+                        "\"calls -f\" that row only); the other rows of "
+                        "--out-json are kept")
     parser.add_argument("--out-json")
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-py", required=True)
@@ -176,10 +183,17 @@ def main():
                      "with --render-only")
     python = os.path.abspath(args.python)
     only = set(args.only.split(",")) if args.only else None
+    kept = {}
+    if only and os.path.exists(args.out_json):
+        with open(args.out_json) as f:
+            kept = {(row["tool"], row["workload"]): row
+                    for row in json.load(f)["rows"]}
     load_start = os.getloadavg()
     rows = []
     for tool, options, workloads in CASES:
-        if only and tool.split()[0] not in only:
+        if only and tool not in only and tool.split()[0] not in only:
+            rows += [kept[tool, workload] for workload in workloads
+                     if (tool, workload) in kept]
             continue
         for workload in workloads:
             row = measure(python, tool, options, workload, args.rounds,

@@ -99,7 +99,7 @@ static __attribute__((used)) const void *const keep_asyncio_probes =
 const int _PyDTrace_WatchIntervalMs = 1000;
 
 /* The probes that a selection applies to. */
-#define ARMED_SELECTABLE \
+#define SELECTABLE_PROBES \
     (ARMED_FUNCTION | ARMED_LINE | ARMED_CFUNCTION | ARMED_EXCEPTION)
 
 static int
@@ -424,7 +424,7 @@ watcher_main(void *Py_UNUSED(arg))
             break;
         }
         int armed = probes_armed();
-        if (_PyDTrace_SelectPoll(armed & ARMED_SELECTABLE)) {
+        if (_PyDTrace_SelectPoll(armed & SELECTABLE_PROBES)) {
             watcher.selection++;
         }
         for (struct watched_interp *w = watcher.interps; w; w = w->next) {
@@ -678,7 +678,7 @@ _PyDTrace_Init(PyThreadState *tstate)
     w->applied = probes_armed() & ~ARMED_STACKS;
     /* A selection given at start-up takes effect with probes armed at
      * start-up. */
-    if (is_main && _PyDTrace_SelectPoll(w->applied & ARMED_SELECTABLE)) {
+    if (is_main && _PyDTrace_SelectPoll(w->applied & SELECTABLE_PROBES)) {
         watcher.selection++;
     }
     w->selection = watcher.selection;
