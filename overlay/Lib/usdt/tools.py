@@ -16,6 +16,10 @@ interpreter, with the same options everywhere:
                   code); the other tools keep the entries whose key
                   contains TEXT (stacks: those with a frame that does)
 
+calls, latency, lines, exceptions and ccalls show the 20 largest entries
+of each map that -f left (--top N: N of them, --top 0: every one), and
+say after a map they cut how many entries it left out.
+
 The tools are the ready bpftrace scripts of usdt/scripts, and usdt.stacks
 (usdt.stacks, run in this process) for stacks, alloc and profile, run
 with the limits each one needs (its string length and map size, set the
@@ -55,12 +59,16 @@ class Tool:
     """One question, and the script that answers it."""
 
     def __init__(self, name, question, script=None, strlen=None,
-                 keys=None, watched=False):
+                 keys=None, watched=False, cuts=None):
         self.name = name
         self.question = question
         self.script = script
         self.strlen = strlen
         self.keys = keys
+        # The maps that its --top cuts: {map: (what its entries are, the
+        # entries kept if not --top's)}.  Its script prints every entry
+        # (given 0 for N, where it takes N), so that -f filters them all.
+        self.cuts = cuts or {}
         # Its markers (function, line, C function, exception) fire in a
         # running process only once the interpreter's watcher thread has
         # seen them armed: within a second.  True for the tools whose
@@ -74,17 +82,28 @@ class Tool:
 # that many keys).
 TOOLS = [
     Tool("calls", "Which Python functions are called most often?",
-         "top-functions.bt", 160, 65536, watched=True),
+         "top-functions.bt", 160, 65536, watched=True,
+         cuts={"@calls": ("function", None)}),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
          "and exclusive wall time, latency histograms; or (--svg) a flame "
          "graph of wall time by call path", "latency.bt",
-         128, 65536, watched=True),
+         128, 65536, watched=True,
+         cuts={name: ("function", None) for name in (
+             "@latency_ns", "@exclusive_ns", "@inclusive_ns")}),
     Tool("lines", "Which lines of Python code run, how often?",
-         "lines.bt", 200, 131072, watched=True),
+         "lines.bt", 200, 131072, watched=True,
+         cuts={"@lines": ("line", None)}),
     Tool("exceptions", "Which exceptions are raised, re-raised and "
-         "handled, and where?", "exceptions.bt", 160, 16384, watched=True),
+         "handled, and where?", "exceptions.bt", 160, 16384, watched=True,
+         cuts={**{name: ("site", None) for name in (
+             "@raised", "@reraised", "@handled", "@sites")},
+               "@types": ("total", None)}),
     Tool("ccalls", "Which C functions does Python code call, and how "
-         "long do they take?", "ccalls.bt", 160, 16384, watched=True),
+         "long do they take?", "ccalls.bt", 160, 16384, watched=True,
+         # One histogram, of the callable called most often (or the one
+         # --histogram names).
+         cuts={"@total_ns": ("callable", None),
+               "@latency_ns": ("histogram", 1)}),
     Tool("gc", "How often does the garbage collector run, and how long "
          "does it take?", "gc.bt"),
     Tool("imports", "Which imports are slow, and which fail?",
@@ -184,6 +203,44 @@ def filter_output(text, needle):
     return "".join(kept)
 
 
+def map_entries(text):
+    """The maps that bpftrace printed in text, in order: [(name,
+    [entry, ...])], each entry with the lines that belong to it (a
+    histogram's buckets); name None for the lines before the first map."""
+    maps = [(None, [""])]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@"):
+            name = re.match(r"@\w*", line).group()
+            if maps[-1][0] != name:
+                maps.append((name, []))
+            maps[-1][1].append(line)
+        else:
+            maps[-1][1][-1] += line
+    return maps
+
+
+def cut_maps(text, top, cuts):
+    """text with each map of cuts ({map: (what its entries are, how many
+    to keep if not top)}) cut to its largest entries, which bpftrace
+    prints last, as print(@map, N) cuts; top 0 keeps every entry.  A line
+    after a cut map says how many entries it left out."""
+    out = []
+    for name, entries in map_entries(text):
+        what, keep = cuts.get(name, (None, None))
+        keep = keep or top
+        if what and top and len(entries) > keep:
+            left = len(entries) - keep
+            entries = entries[left:]
+            # Before the blank line that ends a histogram.
+            last = entries[-1].rstrip("\n") + "\n"
+            entries[-1] = (last + "(%s more %s%s left out: --top 0 shows "
+                           "every one)\n" % (format(left, ","), what,
+                                              "s" if left > 1 else "")
+                           + entries[-1][len(last):])
+        out.extend(entries)
+    return "".join(out)
+
+
 def filter_stacks(text, needle):
     """The stacks of the stack tool's output that have a frame holding
     needle: folded lines, or blocks of a count and its frames."""
@@ -275,8 +332,12 @@ SELECTABLE = {"calls", "latency", "lines", "ccalls", "exceptions"}
 def run_script(tool, args, extra):
     status, text = trace(tool, tool.script, args, extra,
                          select=tool.name in SELECTABLE)
+    # -f before the cut: the entries asked for, even if few.  Filtered
+    # here only when the selection did not take effect in the process.
     if args.filter and not args.selected:
         text = filter_output(text, args.filter)
+    if tool.cuts:
+        text = cut_maps(text, args.top, tool.cuts)
     write(args, text)
     return status
 
@@ -772,6 +833,17 @@ def measured_costs():
             for name, texts in costs.items()}
 
 
+# What --top cuts, by tool, in its --help.
+TOP_MAPS = {
+    "calls": "the most called",
+    "latency": "the largest; @ns shows every function",
+    "lines": "the most run",
+    "exceptions": "the most frequent",
+    "ccalls": "the largest; @ns shows every callable, @latency_ns one "
+    "histogram",
+}
+
+
 def add_target(parser, required=True):
     target = parser.add_mutually_exclusive_group(required=required)
     target.add_argument("-p", dest="pid", type=int, metavar="PID",
@@ -826,14 +898,15 @@ def main(argv=None):
             sub.add_argument("--map-keys", type=int, metavar="N",
                              help="keys per map (default %d)"
                              % (tool.keys or 4096))
+        if tool.cuts:
+            sub.add_argument("--top", type=int, default=20, metavar="N",
+                             help="entries shown per map, %s; 0: every one "
+                             "(default %%(default)s)" % TOP_MAPS[tool.name])
         if tool.name == "latency":
             sub.add_argument("--order", choices=["inclusive", "exclusive"],
                              default="inclusive",
                              help="which time comes last (default "
                              "%(default)s)")
-            sub.add_argument("--top", type=int, default=20, metavar="N",
-                             help="functions shown per map but @ns "
-                             "(default %(default)s)")
             sub.add_argument("--folded", action="store_true",
                              help="instead, the own wall time (ns) of each "
                              "function per call path, folded, for "
@@ -942,13 +1015,19 @@ def run_tool(tool, args):
         return alloc_command(args)
     if tool.name == "profile":
         return profile_command(args)
+    if getattr(args, "top", 0) < 0:
+        raise Error("--top takes 0 (every entry) or more")
+    # N 0: the script prints every entry, which run_script cuts after -f.
     extra = []
-    if tool.name == "latency":
+    if tool.name == "calls":
+        extra = ["0"]
+    elif tool.name == "latency":
         if args.folded or args.svg:
             return callpaths_command(tool, args)
-        extra = [args.order, str(args.top)]
-    elif tool.name == "ccalls" and args.histogram:
-        extra = list(args.histogram)
+        extra = [args.order, "0"]
+    elif tool.name == "ccalls":
+        # An empty MODULE and FUNCNAME: the histogram of every callable.
+        extra = [*(args.histogram or ["", ""]), "0"]
     return run_script(tool, args, extra)
 
 
