@@ -110,14 +110,17 @@ def markdown(result):
            "*noise* is the spread of the untraced rounds "
            "((max − min)/min): a slowdown within it is no measurable "
            "cost.  `latency --svg` is `latency --folded` "
-           "(`callpaths.bt`); `profile` samples at its default 49 Hz.", "",
-           "| tool | workload | slowdown | untraced CPU | noise |",
-           "|---|---|---:|---:|---:|"]
+           "(`callpaths.bt`); `profile` samples at its default 49 Hz.  "
+           "*measured*: when (a run with `--only` measures some rows and "
+           "keeps the others; the interpreter above is that run's).", "",
+           "| tool | workload | slowdown | untraced CPU | noise | measured |",
+           "|---|---|---:|---:|---:|---|"]
     for row in result["rows"]:
-        out.append("| `%s` | %s | ×%.2f | %.0f ms | %.1f %% |" % (
+        out.append("| `%s` | %s | ×%.2f | %.0f ms | %.1f %% | %s |" % (
             row["tool"], row["workload"], row["slowdown"],
             statistics.median(row["untraced_cpu_ns"]) / 1e6,
-            100 * row["untraced_spread"]))
+            100 * row["untraced_spread"],
+            row.get("date", result["date"])))
     out.append("")
     return "\n".join(out)
 
@@ -186,8 +189,11 @@ def main():
     kept = {}
     if only and os.path.exists(args.out_json):
         with open(args.out_json) as f:
-            kept = {(row["tool"], row["workload"]): row
-                    for row in json.load(f)["rows"]}
+            earlier = json.load(f)
+        # Each kept row says when it was measured.
+        kept = {(row["tool"], row["workload"]):
+                dict(row, date=row.get("date", earlier["date"]))
+                for row in earlier["rows"]}
     load_start = os.getloadavg()
     rows = []
     for tool, options, workloads in CASES:
@@ -198,6 +204,8 @@ def main():
         for workload in workloads:
             row = measure(python, tool, options, workload, args.rounds,
                           args.scale)
+            row["date"] = datetime.datetime.now(
+                datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
             print("%-14s %-14s x%.2f (noise %.1f %%)"
                   % (tool, workload, row["slowdown"],
                      100 * row["untraced_spread"]), flush=True)
