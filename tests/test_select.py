@@ -260,6 +260,24 @@ class CallsSelectionTest(SelectTestCase):
         proc.kill()
 
 
+class SubinterpreterSelectionTest(unittest.TestCase):
+
+    def test_only_the_selected_function_fires(self):
+        # test_invisible's subinterpreter case, with the selection
+        # sub_func from start-up: the subinterpreter's sub_func, 7 times,
+        # and nothing else of either interpreter.
+        require_bpftrace(self)
+        program = ("usdt:%s:python:function__entry { @[str(arg1)] = "
+                   "count(); }" % PYTHON)
+        env = dict(os.environ, INVISIBLE_CASE="subinterpreter",
+                   PYTHONUSDTSELECT="sub_func")
+        proc = Bpftrace.run(program, test_invisible.WORKLOAD, env=env)
+        self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
+        self.assertIn("subinterpreter done", proc.stdout)
+        self.assertEqual(re.findall(r"(?m)^@\[(.*)\]: (\d+)$", proc.stdout),
+                         [("sub_func", "7")], proc.stdout)
+
+
 # What the process prints: a checksum of its own work, whatever the
 # tracer writes into its selection block.
 HOSTILE = textwrap.dedent("""\
@@ -373,7 +391,8 @@ class SelectedArmedEqualsUnarmed(test_invisible.ArmedEqualsUnarmed):
 
 def load_tests(loader, tests, pattern):
     suite = unittest.TestSuite()
-    for case in (CallsSelectionTest, UntrustedBlockTest, SelectCommandTest):
+    for case in (CallsSelectionTest, SubinterpreterSelectionTest,
+                 UntrustedBlockTest, SelectCommandTest):
         suite.addTests(loader.loadTestsFromTestCase(case))
     for name in INVISIBLE_CASES:
         suite.addTest(SelectedArmedEqualsUnarmed(name))

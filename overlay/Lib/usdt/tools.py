@@ -349,28 +349,30 @@ def trace(tool, script, args, extra, strlen=None, select=False):
     not the tool's.  select: the script's markers take a selection, and
     -f (or its absence) is written as the process's selection
     (usdt._select); args.selected then says whether it took effect (an
-    entry that -f does not select never fired)."""
+    entry that -f does not select never fired).  select="everything":
+    the markers take one, and the script needs every event."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
     env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
     args.selected = False
     seq = None
+    wanted = (args.filter or "") if select is True else ""
     if select and args.pid is not None:
         # Refused if another tracer's selection is in effect.
         try:
-            seq = _select.claim(args.pid, args.filter or "")
+            seq = _select.claim(args.pid, wanted)
         except _select.Error as error:
             raise Error(str(error)) from None
-    elif select and args.filter:
+    elif select and wanted:
         # bpftrace -c arms the markers before the command starts: the
         # interpreter takes the selection at start-up from its
         # environment (-X usdt_select's variable).
         try:
-            _select.check_text(args.filter)
+            _select.check_text(wanted)
         except _select.Error as error:
             raise Error(str(error)) from None
-        env["PYTHONUSDTSELECT"] = args.filter
+        env["PYTHONUSDTSELECT"] = wanted
         args.selected = True
     else:
         env.pop("PYTHONUSDTSELECT", None)
@@ -401,7 +403,7 @@ def trace(tool, script, args, extra, strlen=None, select=False):
                 pipe, lines, session.attached), helpers=[
                     lambda session: watch_selection(
                         session, args.pid, seq, watcher_delay(args.binary),
-                        seen)] if seq is not None and args.filter else [])
+                        seen)] if seq is not None and wanted else [])
         else:
             session.start(stdout=lambda pipe: _bpftrace.forward_stdout(
                 pipe, sys.stdout.buffer, runner.exit_newlines))
@@ -416,7 +418,7 @@ def trace(tool, script, args, extra, strlen=None, select=False):
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
-    if seq is not None and args.filter:
+    if seq is not None and wanted:
         args.selected = selection_took_effect(tool, args.pid, seq, seen)
     text = "".join(line for line in text.splitlines(keepends=True)
                    if line.rstrip("\n") != "@usdt_tools_attached: 1")
@@ -529,7 +531,10 @@ def draw(path, folded, where, empty, title):
 
 def callpaths_command(tool, args):
     """latency --folded/--svg: own wall time per call path."""
-    status, text = trace(tool, "callpaths.bt", args, [], strlen=200)
+    # Every function, so that a path through the code that -f names keeps
+    # its callers: no selection (and none of another tracer's).
+    status, text = trace(tool, "callpaths.bt", args, [], strlen=200,
+                         select="everything")
     folded, counters = fold_callpaths(text)
     if counters["collisions"]:
         raise Error("%d function entries had a call path hash that another "
