@@ -35,10 +35,14 @@ WORKLOADS = os.path.join(HERE, "workloads")
 CPU_RE = re.compile(r"cpu_ns=(\d+)")
 
 # (tool, its options, the workloads it traces).  richards is in every row;
-# the second workload fires the tool's probes the most.
+# the second workload fires the tool's probes the most.  The -f rows select
+# one method, Packet.__init__: 0.04 % of richards's 776,191 Python calls
+# (sys.setprofile's count at BENCH_SCALE=0.3).
 CASES = [
     ("calls", [], ["richards", "recursion"]),
+    ("calls -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency", [], ["richards", "recursion"]),
+    ("latency -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency --svg", ["--folded"], ["richards", "recursion"]),
     ("lines", [], ["richards", "loops"]),
     ("exceptions", [], ["richards", "exceptions"]),
@@ -106,14 +110,17 @@ def markdown(result):
            "*noise* is the spread of the untraced rounds "
            "((max − min)/min): a slowdown within it is no measurable "
            "cost.  `latency --svg` is `latency --folded` "
-           "(`callpaths.bt`); `profile` samples at its default 49 Hz.", "",
-           "| tool | workload | slowdown | untraced CPU | noise |",
-           "|---|---|---:|---:|---:|"]
+           "(`callpaths.bt`); `profile` samples at its default 49 Hz.  "
+           "*measured*: when (a run with `--only` measures some rows and "
+           "keeps the others; the interpreter above is that run's).", "",
+           "| tool | workload | slowdown | untraced CPU | noise | measured |",
+           "|---|---|---:|---:|---:|---|"]
     for row in result["rows"]:
-        out.append("| `%s` | %s | ×%.2f | %.0f ms | %.1f %% |" % (
+        out.append("| `%s` | %s | ×%.2f | %.0f ms | %.1f %% | %s |" % (
             row["tool"], row["workload"], row["slowdown"],
             statistics.median(row["untraced_cpu_ns"]) / 1e6,
-            100 * row["untraced_spread"]))
+            100 * row["untraced_spread"],
+            row.get("date", result["date"])))
     out.append("")
     return "\n".join(out)
 
@@ -162,7 +169,10 @@ def main():
                         "these measures")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=0.3)
-    parser.add_argument("--only", help="tools to measure, comma-separated")
+    parser.add_argument("--only", help="tools to measure, comma-separated "
+                        "(a name measures its rows with options too, "
+                        "\"calls -f\" that row only); the other rows of "
+                        "--out-json are kept")
     parser.add_argument("--out-json")
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-py", required=True)
@@ -176,14 +186,26 @@ def main():
                      "with --render-only")
     python = os.path.abspath(args.python)
     only = set(args.only.split(",")) if args.only else None
+    kept = {}
+    if only and os.path.exists(args.out_json):
+        with open(args.out_json) as f:
+            earlier = json.load(f)
+        # Each kept row says when it was measured.
+        kept = {(row["tool"], row["workload"]):
+                dict(row, date=row.get("date", earlier["date"]))
+                for row in earlier["rows"]}
     load_start = os.getloadavg()
     rows = []
     for tool, options, workloads in CASES:
-        if only and tool.split()[0] not in only:
+        if only and tool not in only and tool.split()[0] not in only:
+            rows += [kept[tool, workload] for workload in workloads
+                     if (tool, workload) in kept]
             continue
         for workload in workloads:
             row = measure(python, tool, options, workload, args.rounds,
                           args.scale)
+            row["date"] = datetime.datetime.now(
+                datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
             print("%-14s %-14s x%.2f (noise %.1f %%)"
                   % (tool, workload, row["slowdown"],
                      100 * row["untraced_spread"]), flush=True)

@@ -388,6 +388,21 @@ class TopFunctionsTest(UsdtScriptTestCase):
                   for key in map_entries(output, "calls")]
         self.assertEqual(values, sorted(values), "not sorted: " + output)
 
+    def test_n(self):
+        # N after the interpreter: that many, the most frequent; 0, every
+        # function.
+        workload = self.write("top_workload.py", TOP_WORKLOAD)
+        calls = map_entries(self.run_script("top-functions.bt", workload,
+                                            ("2",)), "calls")
+        self.assertEqual(len(calls), 2, calls)
+        self.assertEqual([os.path.basename(key[0]) for key in calls if
+                          calls[key] == 1000], ["top_workload.py"], calls)
+        output = self.run_script("top-functions.bt", workload, ("0",))
+        calls = {(os.path.basename(key[0]), key[1]): value
+                 for key, value in map_entries(output, "calls").items()}
+        self.assertGreater(len(calls), 20, output)
+        self.assertEqual(calls[("top_workload.py", "other")], 7, output)
+
 
 # Runs per function of the workload's file, with sys.setprofile() in every
 # thread: {"name:def line": number of 'call' events}, which a generator or

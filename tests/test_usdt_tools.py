@@ -434,6 +434,181 @@ class CallPathsTest(ToolsTestCase):
                          dict(expected_frames(own)))
 
 
+# --top's workload: busy.py's 40 functions, f<i> called 50 + i times, more
+# than any cut keeps; rare.py's two, called 3 and 5 times, fewer than the
+# 20 busiest functions of the process.
+TOP_BUSY = "".join("def f%d():\n    pass\n" % i for i in range(40))
+TOP_RARE = "def once():\n    pass\n\ndef few():\n    pass\n"
+TOP_MAIN = textwrap.dedent("""\
+    import os, sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import busy, rare
+    for i in range(40):
+        for _ in range(50 + i):
+            getattr(busy, "f%d" % i)()
+    for _ in range(3):
+        rare.once()
+    for _ in range(5):
+        rare.few()
+    # C functions that main.py calls, for ccalls -f main.py.
+    print(len(sys.path) > 0, abs(-1), max(1, 2), file=sys.stderr)
+    """)
+
+# The 'call' events per function (file, name, def line) of the files under
+# a directory, as sys.setprofile() counts them: JSON [[key, count], ...].
+SETPROFILE_CALLS = textwrap.dedent("""\
+    import collections, json, os, runpy, sys
+    target = sys.argv[1]
+    top = os.path.dirname(target) + os.sep
+    calls = collections.Counter()
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(top):
+            calls[code.co_filename, code.co_name, code.co_firstlineno] += 1
+    sys.setprofile(profile)
+    runpy.run_path(target, run_name="__main__")
+    sys.setprofile(None)
+    print(json.dumps(sorted(calls.items())))
+    """)
+
+
+class TopTest(ToolsTestCase):
+    """--top: every entry with 0, a cut that says how many entries it
+    left out, and -f before the cut."""
+
+    LEFT_OUT = re.compile(r"^\((\d[\d,]*) more functions? left out: --top "
+                          r"0 shows every one\)$", re.M)
+
+    def setUp(self):
+        super().setUp()
+        for name, text in (("main.py", TOP_MAIN), ("busy.py", TOP_BUSY),
+                           ("rare.py", TOP_RARE)):
+            with open(os.path.join(self.tmp, name), "w") as f:
+                f.write(text)
+        self.main = os.path.join(self.tmp, "main.py")
+        proc = run([PYTHON, "-c", SETPROFILE_CALLS, self.main])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.expected = {tuple(key): count
+                         for key, count in json.loads(proc.stdout)}
+        require_bpftrace(self)
+
+    def calls(self, *args):
+        """(the tool's {(file, name, def line): count}, its output)."""
+        proc = self.tools("calls", *args, "-c",
+                          "%s %s" % (PYTHON, self.main), timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        found = {}
+        for line in proc.stdout.splitlines():
+            match = re.match(r"^@calls\[(.*), (.*), (\d+)\]: (\d+)$", line)
+            if match:
+                found[match.group(1), match.group(2),
+                      int(match.group(3))] = int(match.group(4))
+        return found, proc.stdout
+
+    def of(self, found, name):
+        return {key: count for key, count in found.items()
+                if key[0] == os.path.join(self.tmp, name)}
+
+    def test_top_0_shows_every_function(self):
+        found, output = self.calls("--top", "0")
+        # The process's functions, the standard library's among them.
+        self.assertGreater(len(found), 100, output)
+        self.assertEqual({key: count for key, count in found.items()
+                          if key[0].startswith(self.tmp + os.sep)},
+                         self.expected)
+        self.assertEqual(self.LEFT_OUT.findall(output), [], output)
+
+    def test_cut_says_how_many_it_left_out(self):
+        found, output = self.calls("--top", "5", "-f", "busy.py")
+        busy = self.of(self.expected, "busy.py")
+        self.assertGreater(len(busy), 40)
+        largest = sorted(busy.items(), key=lambda item: item[1])[-5:]
+        self.assertEqual(found, dict(largest), output)
+        self.assertEqual(self.LEFT_OUT.findall(output),
+                         [str(len(busy) - 5)], output)
+        # The largest last, as bpftrace prints them, then the count.
+        self.assertRegex(output, r"f39, \d+\]: 89\n\(%d more"
+                         % (len(busy) - 5))
+
+    def test_filter_before_the_cut(self):
+        found, output = self.calls("-f", "rare.py")
+        self.assertEqual(found, self.of(self.expected, "rare.py"), output)
+        self.assertEqual(sorted(found.values()), [1, 3, 5], output)
+        self.assertEqual(self.LEFT_OUT.findall(output), [], output)
+
+    def test_each_map_cut_says_so(self):
+        # latency and ccalls print several maps: each that --top cuts says
+        # how many entries it left out of those --top 0 shows; @ns is
+        # never cut.
+        for tool, needle, cut in (
+                ("latency", "busy.py",
+                 ["@latency_ns", "@exclusive_ns", "@inclusive_ns"]),
+                # -f selects the C calls that main.py makes.
+                ("ccalls", "main.py", ["@total_ns", "@latency_ns"])):
+            with self.subTest(tool=tool):
+                maps = {}
+                for top in ("0", "2"):
+                    proc = self.tools(tool, "--top", top, "-f", needle, "-c",
+                                      "%s %s" % (PYTHON, self.main),
+                                      timeout=300)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    maps[top] = (collections.Counter(re.findall(
+                        r"(?m)^(@\w+)\[", proc.stdout)), proc.stdout)
+                every, output = maps["0"]
+                self.assertNotIn("left out", output)
+                shown, output = maps["2"]
+                self.assertEqual(shown["@ns"], every["@ns"], output)
+                # ccalls shows one histogram.
+                kept = {name: 1 if (tool, name) == ("ccalls", "@latency_ns")
+                        else 2 for name in cut}
+                self.assertEqual({name: shown[name] for name in cut}, kept,
+                                 output)
+                self.assertEqual(
+                    re.findall(r"(?m)^\((\d+) more \w+ left out: --top 0 "
+                               r"shows every one\)$", output),
+                    [str(every[name] - kept[name]) for name in cut
+                     if every[name] > kept[name]], output)
+
+
+class CutMapsTest(unittest.TestCase):
+    """usdt.tools.cut_maps on bpftrace's output: a histogram stays whole,
+    the largest entries stay, an uncut map says nothing."""
+
+    OUTPUT = textwrap.dedent("""\
+        ccalls.bt: names cut to 63 bytes
+        @total_ns[a, x]: 1
+        @total_ns[a, y]: 2
+        @total_ns[a, z]: 3
+        @ns[a, x]: count 1, average 1, total 1
+        @ns[a, y]: count 1, average 2, total 2
+        @latency_ns[a, x]:
+        [1] 1 |@@@@|
+
+        @latency_ns[a, y]:
+        [2, 4) 2 |@@@@|
+
+        """)
+
+    def test_cut(self):
+        tools = usdt_module("tools")
+        cuts = tools.BY_NAME["ccalls"].cuts
+        cut = tools.cut_maps(self.OUTPUT, 2, cuts)
+        self.assertEqual(cut, textwrap.dedent("""\
+            ccalls.bt: names cut to 63 bytes
+            @total_ns[a, y]: 2
+            @total_ns[a, z]: 3
+            (1 more callable left out: --top 0 shows every one)
+            @ns[a, x]: count 1, average 1, total 1
+            @ns[a, y]: count 1, average 2, total 2
+            @latency_ns[a, y]:
+            [2, 4) 2 |@@@@|
+            (1 more histogram left out: --top 0 shows every one)
+
+            """))
+        self.assertEqual(tools.cut_maps(self.OUTPUT, 0, cuts), self.OUTPUT)
+        self.assertEqual(tools.cut_maps(self.OUTPUT, 3, {}), self.OUTPUT)
+
+
 class ImportsToolTest(ToolsTestCase):
 
     def test_failed_imports_named(self):
@@ -529,7 +704,7 @@ class ApplicationTest(ToolsTestCase):
 
     def test_lines_with_c(self):
         proc = self.tools("lines", "-c", "%s %s" % (PYTHON, self.main),
-                          "-f", self.top, timeout=600)
+                          "-f", self.top, "--top", "0", timeout=600)
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
         self.assertEqual(Bpftrace.errors(proc), "")
         self.assert_same_lines(self.package_only(self.app_lines(
@@ -547,7 +722,7 @@ class ApplicationTest(ToolsTestCase):
         time.sleep(self.RUN_BEFORE)
         output = os.path.join(self.tmp, "lines.txt")
         tool = start(self, [PYTHON, "-m", "usdt.tools", "lines", "-p",
-                            str(app.pid), "-o", output],
+                            str(app.pid), "-o", output, "--top", "0"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # The tool says when bpftrace has attached the script's probes.
         said = readline(tool.stderr, 120, "usdt.tools lines -p did not say "
@@ -579,8 +754,9 @@ class ApplicationTest(ToolsTestCase):
         # load).
         counts = {}
         for keys in ("131072", "512"):
-            proc = self.tools("lines", "--map-keys", keys, "-c",
-                              "%s %s bulk" % (PYTHON, self.main), timeout=600,
+            proc = self.tools("lines", "--map-keys", keys, "--top", "0",
+                              "-c", "%s %s bulk" % (PYTHON, self.main),
+                              timeout=600,
                               env=dict(os.environ, PYTHONHASHSEED="0"))
             self.assertEqual(proc.returncode, 0, proc.stderr)
             kept = sum(int(n) for n in re.findall(r"(?m)^@lines\[.*\]: (\d+)$",

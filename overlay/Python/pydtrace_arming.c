@@ -73,6 +73,14 @@
 #define CFUNCTION_EVENTS EV(CALL)
 /* Global events: they instrument no code. */
 #define EXCEPTION_EVENTS (EV(RAISE) | EV(RERAISE) | EV(EXCEPTION_HANDLED))
+/* The events that a code object can have on its own (local events); the
+ * others are the interpreter's only. */
+#define LOCAL_EVENTS ((1 << _PySeam_LOCAL_EVENTS) - 1)
+/* The local events that the probes use, which a selection sets on the
+ * code objects it selects (_PyDTrace_SelectCode()). */
+#define SELECTED_EVENTS \
+    ((FUNCTION_EVENTS | CFUNCTION_EVENTS | LINE_EVENTS | RESUME_EVENTS) \
+     & LOCAL_EVENTS)
 #define LEGACY_PROFILE_EVENTS (FUNCTION_EVENTS | EV(CALL))
 #define LEGACY_TRACE_EVENTS \
     (FUNCTION_EVENTS | LINE_EVENTS | EV(RAISE) | EV(STOP_ITERATION))
@@ -89,6 +97,10 @@ static __attribute__((used)) const void *const keep_asyncio_probes =
  * and a tracer attached with -p sees events within about a second.  The
  * one place this interval is given: usdt.tools reads this symbol. */
 const int _PyDTrace_WatchIntervalMs = 1000;
+
+/* The probes that a selection applies to. */
+#define SELECTABLE_PROBES \
+    (ARMED_FUNCTION | ARMED_LINE | ARMED_CFUNCTION | ARMED_EXCEPTION)
 
 static int
 probes_armed(void)
@@ -157,10 +169,54 @@ armed_events(int armed, int tool)
     return events;
 }
 
+/* The events installed on the slot *tool* for the whole interpreter.
+ * With a selection in effect, the events that instrument code go to the
+ * selected code objects only (_PyDTrace_SelectCode()); the global ones
+ * stay global, and the probes' filter drops those of other code. */
+static uint32_t
+global_events(int armed, int tool)
+{
+    uint32_t events = armed_events(armed, tool);
+    if (_PyDTrace_Selecting()) {
+        events &= ~(uint32_t)LOCAL_EVENTS;
+    }
+    return events;
+}
+
 uint32_t
 _PyDTrace_LegacyToolEvents(PyInterpreterState *Py_UNUSED(interp), int tool)
 {
-    return armed_events(probes_armed(), tool);
+    return global_events(probes_armed(), tool);
+}
+
+/* The selection's part of a code object's events, set on the legacy
+ * slots' local events, which are ours alone: sys.monitoring refuses the
+ * slots' ids, so they are invisible to Python code.  Without a selection
+ * they are clear. */
+void
+_PyDTrace_SelectCode(PyCodeObject *code)
+{
+    uint32_t profile = 0;
+    uint32_t trace = 0;
+    if (_PyDTrace_Selecting() && _PyDTrace_CodeSelected(code)) {
+        int armed = probes_armed();
+        profile = armed_events(armed, PY_MONITORING_SYS_PROFILE_ID);
+        trace = armed_events(armed, PY_MONITORING_SYS_TRACE_ID);
+    }
+    const uint8_t slots = ((1 << PY_MONITORING_SYS_PROFILE_ID)
+                           | (1 << PY_MONITORING_SYS_TRACE_ID));
+    for (int event = 0; event < _PySeam_LOCAL_EVENTS; event++) {
+        /* Only the events the probes use: legacy tracing sets the trace
+         * slot's INSTRUCTION events on code objects itself
+         * (f_trace_opcodes). */
+        if (!((SELECTED_EVENTS >> event) & 1)) {
+            continue;
+        }
+        uint8_t tools = _PySeam_LocalTools(code, event) & ~slots;
+        tools |= ((profile >> event) & 1) << PY_MONITORING_SYS_PROFILE_ID;
+        tools |= ((trace >> event) & 1) << PY_MONITORING_SYS_TRACE_ID;
+        _PySeam_SetLocalTools(code, event, tools);
+    }
 }
 
 /* sys.monitoring._all_events() shows a legacy slot for an event only while
@@ -201,7 +257,7 @@ _PyDTrace_ProbeOnlySlots(PyInterpreterState *interp)
  * requires it, and it keeps the thread counts read here from changing
  * before the events are set.  A no-op in builds with the GIL. */
 static void
-dtrace_configure(PyInterpreterState *interp, int armed)
+dtrace_configure(PyInterpreterState *interp, int armed, int reinstrument)
 {
     PyObject *exc = PyErr_GetRaisedException();
     _PySeam_StopTheWorld(interp);
@@ -213,13 +269,18 @@ dtrace_configure(PyInterpreterState *interp, int armed)
     if (_PySeam_TracingThreads(interp)) {
         trace = LEGACY_TRACE_EVENTS;
     }
-    profile |= armed_events(armed, PY_MONITORING_SYS_PROFILE_ID);
-    trace |= armed_events(armed, PY_MONITORING_SYS_TRACE_ID);
+    profile |= global_events(armed, PY_MONITORING_SYS_PROFILE_ID);
+    trace |= global_events(armed, PY_MONITORING_SYS_TRACE_ID);
 
     if (_PySeam_SetLegacyEvents(PY_MONITORING_SYS_PROFILE_ID, profile) < 0) {
         PyErr_Clear();
     }
     if (_PySeam_SetLegacyEvents(PY_MONITORING_SYS_TRACE_ID, trace) < 0) {
+        PyErr_Clear();
+    }
+    /* The code objects' own events follow the selection and the armed
+     * probes: every code object computes them again. */
+    if (reinstrument && _PyDTrace_Reinstrument(interp) < 0) {
         PyErr_Clear();
     }
     _PySeam_StartTheWorld(interp);
@@ -236,6 +297,7 @@ struct watched_interp {
     int applied;        /* armed state its event sets were made for */
     int profiling;      /* its profile slot has a profiler's events */
     int scheduled;      /* a dtrace_reconfigure() call is pending */
+    unsigned selection; /* the selection generation it was made for */
     struct watched_interp *next;
 };
 
@@ -248,6 +310,7 @@ static struct {
     int exited;         /* the thread left its loop on its own */
     int stop;           /* stop request */
     int finalizing;     /* Py_Finalize() started: no more reconfiguration */
+    unsigned selection; /* changes each time the selection in effect does */
     struct watched_interp *interps;
 } watcher = {
     .mutex = PTHREAD_MUTEX_INITIALIZER,
@@ -299,13 +362,18 @@ dtrace_reconfigure(void *Py_UNUSED(arg))
     struct watched_interp *w = find_interp(tstate->interp);
     int armed = probes_armed();
     int configure = w != NULL && !watcher.finalizing;
+    /* The code objects' own events change with the selection, and while
+     * one is in effect, with the armed probes. */
+    int reinstrument = _PyDTrace_Selecting();
     if (w != NULL) {
         w->scheduled = 0;
         w->applied = armed;
+        reinstrument |= w->selection != watcher.selection;
+        w->selection = watcher.selection;
     }
     pthread_mutex_unlock(&watcher.mutex);
     if (configure) {
-        dtrace_configure(tstate->interp, armed);
+        dtrace_configure(tstate->interp, armed, reinstrument);
         _PyDTrace_StacksApply(tstate, armed & ARMED_STACKS);
         _PyDTrace_AllocApply(tstate, armed & ARMED_ALLOC);
     }
@@ -357,8 +425,13 @@ watcher_main(void *Py_UNUSED(arg))
             break;
         }
         int armed = probes_armed();
+        if (_PyDTrace_SelectPoll(armed & SELECTABLE_PROBES)) {
+            watcher.selection++;
+        }
         for (struct watched_interp *w = watcher.interps; w; w = w->next) {
-            if (w->applied == armed || w->scheduled) {
+            if ((w->applied == armed && w->selection == watcher.selection)
+                || w->scheduled)
+            {
                 continue;
             }
             /* An interpreter is only unregistered with watcher.mutex held,
@@ -484,6 +557,40 @@ read_alloc_interval(const PyConfig *config, const char **bad)
     return 0;
 }
 
+/* -X usdt_select=TEXT or PYTHONUSDTSELECT=TEXT: a selection
+ * (Python/pydtrace_select.c) for the probes armed from start-up, which is
+ * how usdt.tools -f reaches a command it runs (bpftrace -c arms the
+ * probes before the command's first instruction).  Returns 0, or -1 with
+ * *bad* set to the error. */
+static int
+read_selection(const PyConfig *config, const char **bad)
+{
+    static const wchar_t opt[] = L"usdt_select=";
+    const size_t optlen = wcslen(opt);
+    for (Py_ssize_t i = config->xoptions.length - 1; i >= 0; i--) {
+        const wchar_t *x = config->xoptions.items[i];
+        if (wcsncmp(x, opt, optlen) != 0) {
+            continue;
+        }
+        char text[_PyDTrace_SELECT_TEXT_MAX + 1];
+        size_t n = wcstombs(text, x + optlen, sizeof(text));
+        if (n == (size_t)-1 || n >= sizeof(text)
+            || _PyDTrace_SelectFromStartup(text) < 0)
+        {
+            *bad = "-X usdt_select: expected a text of at most 255 bytes";
+            return -1;
+        }
+        return 0;
+    }
+    const char *value = _PySeam_GetEnv(config->use_environment,
+                                       "PYTHONUSDTSELECT");
+    if (value != NULL && _PyDTrace_SelectFromStartup(value) < 0) {
+        *bad = "PYTHONUSDTSELECT: expected a text of at most 255 bytes";
+        return -1;
+    }
+    return 0;
+}
+
 /* Returns 1 or 0, or -1 with *bad* set to the error. */
 static int
 read_setting(const PyConfig *config, const struct bool_setting *setting,
@@ -542,6 +649,9 @@ _PyDTrace_Init(PyThreadState *tstate)
         if (read_alloc_interval(config, &bad) < 0) {
             return _PySeam_STATUS_ERR(bad);
         }
+        if (read_selection(config, &bad) < 0) {
+            return _PySeam_STATUS_ERR(bad);
+        }
         static int atfork_registered;   /* once per process */
         if (!atfork_registered) {
             if (pthread_atfork(NULL, NULL, watcher_atfork_child) != 0) {
@@ -567,6 +677,12 @@ _PyDTrace_Init(PyThreadState *tstate)
     /* The marker python:stacks__enable is left to the watcher's first
      * poll. */
     w->applied = probes_armed() & ~ARMED_STACKS;
+    /* A selection given at start-up takes effect with probes armed at
+     * start-up. */
+    if (is_main && _PyDTrace_SelectPoll(w->applied & SELECTABLE_PROBES)) {
+        watcher.selection++;
+    }
+    w->selection = watcher.selection;
     w->next = watcher.interps;
     watcher.interps = w;
     pthread_mutex_unlock(&watcher.mutex);
@@ -574,7 +690,7 @@ _PyDTrace_Init(PyThreadState *tstate)
     /* Probes armed before this interpreter runs its first frame (bpftrace
      * -c, or an attach before a subinterpreter is created). */
     if (w->applied & ~ARMED_ALLOC) {
-        dtrace_configure(interp, w->applied);
+        dtrace_configure(interp, w->applied, _PyDTrace_Selecting());
     }
     /* Allocations from the first frame on. */
     _PyDTrace_AllocApply(tstate, w->applied & ARMED_ALLOC);

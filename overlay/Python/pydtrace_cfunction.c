@@ -98,6 +98,9 @@ fire_cfunction(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr,
     {
         return;
     }
+    if (!_PyDTrace_FrameSelected(frame, event)) {
+        return;
+    }
     const char *ml_name;
     PyTypeObject *owner;
     PyObject *module = NULL;
@@ -456,6 +459,14 @@ _PyDTrace_CallToolsChanging(PyInterpreterState *interp, PyCodeObject *code,
     uint8_t before = _PySeam_GlobalTools(interp, PY_MONITORING_EVENT_CALL);
     if (code != NULL && _PySeam_CodeMonitored(code)) {
         before |= _PySeam_LocalTools(code, PY_MONITORING_EVENT_CALL);
+    }
+    /* With a selection in effect, the probes' CALL events are the
+     * selected code objects' own (Python/pydtrace_select.c): calls in
+     * progress there deliver a C_RETURN too. */
+    if (_PyDTrace_Selecting() && (PyDTrace_CFUNCTION_ENTRY_ENABLED()
+                                  || PyDTrace_CFUNCTION_RETURN_ENABLED()))
+    {
+        before |= profile;
     }
     int wants_call = (events >> PY_MONITORING_EVENT_CALL) & 1;
     /* Does the profile slot watch CALL for a sys.setprofile() function, or

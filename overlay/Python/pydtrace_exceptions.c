@@ -69,7 +69,7 @@ void
 _PyDTrace_ExceptionEvent(int event, _PyInterpreterFrame *frame,
                          PyObject *exc)
 {
-    if (!event_armed(event)) {
+    if (!event_armed(event) || !_PyDTrace_FrameSelected(frame, event)) {
         return;
     }
     char modbuf[_PyDTrace_STRBUF_SIZE];

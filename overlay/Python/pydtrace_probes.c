@@ -73,6 +73,9 @@ fire_function(int event, _PyInterpreterFrame *frame, _Py_CODEUNIT *instr)
         default:
             return;
     }
+    if (!_PyDTrace_FrameSelected(frame, event)) {
+        return;
+    }
     PyCodeObject *code = _PySeam_FrameCode(frame);
     struct _PyDTrace_CodeNames names;
     _PyDTrace_GetCodeNames(code, &names);
@@ -163,7 +166,9 @@ _PyDTrace_LegacyJump(PyThreadState *tstate, _PyInterpreterFrame *frame,
 void
 _PyDTrace_FireLine(_PyInterpreterFrame *frame, int line)
 {
-    if (line < 0) {
+    if (line < 0
+        || !_PyDTrace_FrameSelected(frame, PY_MONITORING_EVENT_LINE))
+    {
         return;
     }
     struct _PyDTrace_CodeNames names;

@@ -221,6 +221,15 @@ _PySeam_LocalTools(PyCodeObject *code, int event)
     return code->_co_monitoring->local_monitors.tools[event];
 }
 
+/* Set the local tools of *event* of code with monitoring data, before
+ * instrumentation computes what to insert (3.15, whose events are all
+ * local, keeps them in the same place). */
+static inline void
+_PySeam_SetLocalTools(PyCodeObject *code, int event, uint8_t tools)
+{
+    code->_co_monitoring->local_monitors.tools[event] = tools;
+}
+
 /* The tools of *event* set for the whole interpreter. */
 static inline uint8_t
 _PySeam_GlobalTools(PyInterpreterState *interp, int event)

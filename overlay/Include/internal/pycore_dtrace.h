@@ -177,6 +177,70 @@ extern Py_ssize_t _PyDTrace_AdjustThreadCount(Py_ssize_t num_threads);
  * after attaching before the watched markers fire). */
 PyAPI_DATA(const int) _PyDTrace_WatchIntervalMs;
 
+/* The selection block (Python/pydtrace_select.c; docs/selection.md is the
+ * contract): a tracer writes a text into it through /proc/PID/mem, and
+ * while the selectable probes are armed only the code objects that the
+ * text selects fire them.  Version 1; the fields never move within a
+ * version, and a tool refuses a block whose magic, version or size it
+ * does not know. */
+#define _PyDTrace_SELECT_MAGIC "usdtsel"
+#define _PyDTrace_SELECT_VERSION 1
+#define _PyDTrace_SELECT_TEXT_MAX 255
+
+/* The states that the interpreter writes into the block's *state*. */
+#define _PyDTrace_SELECT_NONE 0      /* no selection: everything fires */
+#define _PyDTrace_SELECT_PENDING 1   /* read; no selectable probe armed yet */
+#define _PyDTrace_SELECT_APPLIED 2   /* in effect */
+#define _PyDTrace_SELECT_ENDED 3     /* the probes were disarmed: spent */
+#define _PyDTrace_SELECT_EXPIRED 4   /* never armed within a minute */
+#define _PyDTrace_SELECT_REFUSED 5   /* bad length, or a NUL in the text */
+
+struct _PyDTrace_SelectBlock {
+    char magic[8];              /* _PyDTrace_SELECT_MAGIC */
+    uint32_t version;           /* _PyDTrace_SELECT_VERSION */
+    uint32_t size;              /* the size of this structure */
+    /* Written by a tracer: *seq* odd while it writes, then a new even
+     * number; *length* bytes of *text* (UTF-8, no NUL; 0: everything). */
+    uint32_t seq;
+    uint32_t length;
+    char text[_PyDTrace_SELECT_TEXT_MAX + 1];
+    /* Written by the interpreter: the *seq* it read last, the state of
+     * that text, and the *seq* of the text last put in effect. */
+    uint32_t seen_seq;
+    uint32_t state;
+    uint32_t applied_seq;
+    uint32_t reserved;
+};
+
+PyAPI_DATA(struct _PyDTrace_SelectBlock) _PyDTrace_Select;
+
+/* The watcher's poll (its mutex held), *armed* whether a selectable probe
+ * is armed: reads the block, and returns 1 if the selection in effect
+ * changed (the interpreters must then reconfigure), else 0. */
+extern int _PyDTrace_SelectPoll(int armed);
+/* A selection given at start-up (-X usdt_select, PYTHONUSDTSELECT),
+ * written into the block as a tracer would; -1 if it is too long. */
+extern int _PyDTrace_SelectFromStartup(const char *text);
+/* Whether a selection is in effect. */
+extern int _PyDTrace_Selecting(void);
+/* Whether the selection in effect selects *code*. */
+extern int _PyDTrace_CodeSelected(PyCodeObject *code);
+/* Whether the probes fire for *event* of *frame*: always without a
+ * selection; else whether the selection instruments its code object for
+ * the probes (local events), or selects it (global events). */
+extern int _PyDTrace_FrameSelected(struct _PyInterpreterFrame *frame,
+                                   int event);
+
+/* Python/instrumentation.c, before the events of *code* are computed:
+ * set the legacy slots' local events of *code* to those the selection
+ * gives it (Python/pydtrace_arming.c). */
+extern void _PyDTrace_SelectCode(PyCodeObject *code);
+/* Python/instrumentation.c: a new monitoring version, so that every code
+ * object of *interp* re-instruments (and meets _PyDTrace_SelectCode())
+ * at its next RESUME.  With the world stopped; -1 with an exception set
+ * on failure. */
+extern int _PyDTrace_Reinstrument(PyInterpreterState *interp);
+
 /* PEP 669 events that the armed probes need on the legacy tool slot *tool*
  * (PY_MONITORING_SYS_PROFILE_ID or PY_MONITORING_SYS_TRACE_ID). */
 extern uint32_t _PyDTrace_LegacyToolEvents(PyInterpreterState *interp,
@@ -532,6 +596,7 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
     (tools)
 #define _PyDTrace_FilterJump(tstate, frame, instr, target, tools) (tools)
 #define _PyDTrace_Line(frame, line) ((void)0)
+#define _PyDTrace_SelectCode(code) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_START(type, cond) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_DONE(type, cond) ((void)0)
 #define _PyDTrace_InstanceDeleteStart(type) ((PyTypeObject *)NULL)

@@ -215,6 +215,49 @@ def list_command(args):
     return status
 
 
+SELECT_HELP = """\
+Select which code fires the probes of functions, lines, C calls and
+exceptions in process PID (python:function__entry/return, line,
+cfunction__entry/return, exception__*): only the code objects whose file
+name, name or qualified name contains TEXT, or for a TEXT with dots, whose
+file name contains it with the dots as slashes (a dotted module name).
+Every other code object then runs as if nothing were attached.
+
+The selection takes effect when those probes are armed (attach your
+bpftrace or DTrace script within a minute), and ends when they are
+disarmed.  Without TEXT, prints the process's selection and its state;
+--clear selects everything.  A selection in effect for another tracer is
+refused with a different TEXT.  docs/selection.md has the contract.
+"""
+
+
+def select_command(args):
+    from . import _select
+    try:
+        if args.text is None and not args.clear:
+            with _select.Block(args.pid) as block:
+                now = block.read()
+            print("process %d: %s%s" % (
+                args.pid, now["state"],
+                " %r" % now["text"] if now["text"] else ""))
+            return 0
+        text = "" if args.clear else args.text
+        seq = _select.claim(args.pid, text)
+        with _select.Block(args.pid) as block:
+            now = block.wait_seen(seq, args.wait)
+    except _select.Error as error:
+        print("usdt select: %s" % error, file=sys.stderr)
+        return 2
+    if now is None:
+        print("usdt select: process %d has not read the selection within "
+              "%g s (is its watcher off, -X dtrace_watch=0?)"
+              % (args.pid, args.wait), file=sys.stderr)
+        return 1
+    print("process %d: %s%s" % (args.pid, now["state"],
+                                " %r" % text if text else ""))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m usdt",
@@ -229,7 +272,24 @@ def main(argv=None):
     lister.add_argument("--all", action="store_true",
                         help="also the probes of the other mapped files "
                              "(the interpreter's, libc's...)")
+    selector = commands.add_parser(
+        "select", help="select the code whose events fire the probes",
+        description=SELECT_HELP,
+        formatter_class=argparse.RawTextHelpFormatter)
+    selector.add_argument("-p", dest="pid", type=int, required=True,
+                          metavar="PID", help="the process")
+    what = selector.add_mutually_exclusive_group()
+    what.add_argument("text", nargs="?", metavar="TEXT",
+                      help="the text that selects code")
+    what.add_argument("--clear", action="store_true",
+                      help="select everything")
+    selector.add_argument("--wait", type=float, default=3.0,
+                          metavar="SECONDS",
+                          help="how long to wait for the process to read "
+                               "it (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.command == "select":
+        return select_command(args)
     return list_command(args)
 
 

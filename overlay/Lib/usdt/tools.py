@@ -8,8 +8,17 @@ interpreter, with the same options everywhere:
                   spaces, as bpftrace -c splits it)
     -d SECONDS    stop after SECONDS and print what was found
     -o FILE       write the results to FILE, not to standard output
-    -f TEXT       keep only the entries whose key contains TEXT (a module,
-                  a file, a function)
+    -f TEXT       calls, latency, lines, ccalls, exceptions: trace only
+                  the code whose file name, name or qualified name
+                  contains TEXT (a dotted module name selects its
+                  files), selected in the interpreter before any trap
+                  (usdt._select; ccalls: the C calls made from that
+                  code); the other tools keep the entries whose key
+                  contains TEXT (stacks: those with a frame that does)
+
+calls, latency, lines, exceptions and ccalls show the 20 largest entries
+of each map that -f left (--top N: N of them, --top 0: every one), and
+say after a map they cut how many entries it left out.
 
 The tools are the ready bpftrace scripts of usdt/scripts, and usdt.stacks
 (usdt.stacks, run in this process) for stacks, alloc and profile, run
@@ -39,8 +48,9 @@ import signal
 import sys
 import sysconfig
 import tempfile
+import time
 
-from usdt import _batch, _bpftrace, _elf, profiles
+from usdt import _batch, _bpftrace, _elf, _select, profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -49,12 +59,16 @@ class Tool:
     """One question, and the script that answers it."""
 
     def __init__(self, name, question, script=None, strlen=None,
-                 keys=None, watched=False):
+                 keys=None, watched=False, cuts=None):
         self.name = name
         self.question = question
         self.script = script
         self.strlen = strlen
         self.keys = keys
+        # The maps that its --top cuts: {map: (what its entries are, the
+        # entries kept if not --top's)}.  Its script prints every entry
+        # (given 0 for N, where it takes N), so that -f filters them all.
+        self.cuts = cuts or {}
         # Its markers (function, line, C function, exception) fire in a
         # running process only once the interpreter's watcher thread has
         # seen them armed: within a second.  True for the tools whose
@@ -68,17 +82,28 @@ class Tool:
 # that many keys).
 TOOLS = [
     Tool("calls", "Which Python functions are called most often?",
-         "calls-batch.bt", 160, 65536, watched=True),
+         "calls-batch.bt", 160, 65536, watched=True,
+         cuts={"@calls": ("function", None)}),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
          "and exclusive wall time, latency histograms; or (--svg) a flame "
          "graph of wall time by call path", "latency.bt",
-         128, 65536, watched=True),
+         128, 65536, watched=True,
+         cuts={name: ("function", None) for name in (
+             "@latency_ns", "@exclusive_ns", "@inclusive_ns")}),
     Tool("lines", "Which lines of Python code run, how often?",
-         "lines.bt", 200, 131072, watched=True),
+         "lines.bt", 200, 131072, watched=True,
+         cuts={"@lines": ("line", None)}),
     Tool("exceptions", "Which exceptions are raised, re-raised and "
-         "handled, and where?", "exceptions.bt", 160, 16384, watched=True),
+         "handled, and where?", "exceptions.bt", 160, 16384, watched=True,
+         cuts={**{name: ("site", None) for name in (
+             "@raised", "@reraised", "@handled", "@sites")},
+               "@types": ("total", None)}),
     Tool("ccalls", "Which C functions does Python code call, and how "
-         "long do they take?", "ccalls.bt", 160, 16384, watched=True),
+         "long do they take?", "ccalls.bt", 160, 16384, watched=True,
+         # One histogram, of the callable called most often (or the one
+         # --histogram names).
+         cuts={"@total_ns": ("callable", None),
+               "@latency_ns": ("histogram", 1)}),
     Tool("gc", "How often does the garbage collector run, and how long "
          "does it take?", "gc.bt"),
     Tool("imports", "Which imports are slow, and which fail?",
@@ -178,6 +203,44 @@ def filter_output(text, needle):
     return "".join(kept)
 
 
+def map_entries(text):
+    """The maps that bpftrace printed in text, in order: [(name,
+    [entry, ...])], each entry with the lines that belong to it (a
+    histogram's buckets); name None for the lines before the first map."""
+    maps = [(None, [""])]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@"):
+            name = re.match(r"@\w*", line).group()
+            if maps[-1][0] != name:
+                maps.append((name, []))
+            maps[-1][1].append(line)
+        else:
+            maps[-1][1][-1] += line
+    return maps
+
+
+def cut_maps(text, top, cuts):
+    """text with each map of cuts ({map: (what its entries are, how many
+    to keep if not top)}) cut to its largest entries, which bpftrace
+    prints last, as print(@map, N) cuts; top 0 keeps every entry.  A line
+    after a cut map says how many entries it left out."""
+    out = []
+    for name, entries in map_entries(text):
+        what, keep = cuts.get(name, (None, None))
+        keep = keep or top
+        if what and top and len(entries) > keep:
+            left = len(entries) - keep
+            entries = entries[left:]
+            # Before the blank line that ends a histogram.
+            last = entries[-1].rstrip("\n") + "\n"
+            entries[-1] = (last + "(%s more %s%s left out: --top 0 shows "
+                           "every one)\n" % (format(left, ","), what,
+                                              "s" if left > 1 else "")
+                           + entries[-1][len(last):])
+        out.extend(entries)
+    return "".join(out)
+
+
 def filter_stacks(text, needle):
     """The stacks of the stack tool's output that have a frame holding
     needle: folded lines, or blocks of a count and its frames."""
@@ -261,28 +324,64 @@ def target_args(args):
     return ["-c", args.command]
 
 
+# The tools whose markers a selection applies to (python -m usdt select):
+# for them, -f selects the code in the interpreter, before any trap.
+SELECTABLE = {"calls", "latency", "lines", "ccalls", "exceptions"}
+
+
 def run_script(tool, args, extra):
-    status, text = trace(tool, tool.script, args, extra)
-    if args.filter:
+    status, text = trace(tool, tool.script, args, extra,
+                         select=tool.name in SELECTABLE)
+    # -f before the cut: the entries asked for, even if few.  Filtered
+    # here only when the selection did not take effect in the process.
+    if args.filter and not args.selected:
         text = filter_output(text, args.filter)
+    if tool.cuts:
+        text = cut_maps(text, args.top, tool.cuts)
     write(args, text)
     return status
 
 
-def trace(tool, script, args, extra, strlen=None, drop_flags=True,
-          loops=False):
+def trace(tool, script, args, extra, strlen=None, select=False,
+          drop_flags=True, loops=False):
     """Run the ready script *script* for *tool*: (bpftrace's status, its
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
-    not the tool's.  drop_flags false: without the flags that make
-    bpftrace report a full map (-k), whose checks make a program with
-    long loops too large for the verifier; the caller checks its maps.
-    loops: the script's range loops are written as this version of
-    bpftrace takes them (_bpftrace.Bpftrace.loops(), stack_config())."""
+    not the tool's.  select: the script's markers take a selection, and
+    -f (or its absence) is written as the process's selection
+    (usdt._select); args.selected then says whether it took effect (an
+    entry that -f does not select never fired).  select="everything":
+    the markers take one, and the script needs every event.  drop_flags
+    false: without the flags that make bpftrace report a full map (-k),
+    whose checks make a program with long loops too large for the
+    verifier; the caller checks its maps.  loops: the script's range
+    loops are written as this version of bpftrace takes them
+    (_bpftrace.Bpftrace.loops(), stack_config())."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
     env = runner.environ(strlen=strlen or tool.strlen, keys=keys)
+    args.selected = False
+    seq = None
+    wanted = (args.filter or "") if select is True else ""
+    if select and args.pid is not None:
+        # Refused if another tracer's selection is in effect.
+        try:
+            seq = _select.claim(args.pid, wanted)
+        except _select.Error as error:
+            raise Error(str(error)) from None
+    elif select and wanted:
+        # bpftrace -c arms the markers before the command starts: the
+        # interpreter takes the selection at start-up from its
+        # environment (-X usdt_select's variable).
+        try:
+            _select.check_text(wanted)
+        except _select.Error as error:
+            raise Error(str(error)) from None
+        env["PYTHONUSDTSELECT"] = wanted
+        args.selected = True
+    else:
+        env.pop("PYTHONUSDTSELECT", None)
     with tempfile.TemporaryDirectory(prefix="usdt-tools") as tmp:
         output = os.path.join(tmp, "output")
         flags = runner.drop_flags() if drop_flags else []
@@ -315,9 +414,13 @@ def trace(tool, script, args, extra, strlen=None, drop_flags=True,
         session = _bpftrace.Session(runner, cmd, env,
                                     detects_attach=args.pid is not None)
         lines = []
+        seen = {}
         if args.pid is not None:
             session.start(stdout=lambda pipe: collect_stdout(
-                pipe, lines, session.attached))
+                pipe, lines, session.attached), helpers=[
+                    lambda session: watch_selection(
+                        session, args.pid, seq, watcher_delay(args.binary),
+                        seen)] if seq is not None and wanted else [])
         else:
             session.start(stdout=lambda pipe: _bpftrace.forward_stdout(
                 pipe, sys.stdout.buffer, runner.exit_newlines))
@@ -332,6 +435,8 @@ def trace(tool, script, args, extra, strlen=None, drop_flags=True,
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
                 text = f.read()
+    if seq is not None and wanted:
+        args.selected = selection_took_effect(tool, args.pid, seq, seen)
     text = "".join(line for line in text.splitlines(keepends=True)
                    if line.rstrip("\n") != "@usdt_tools_attached: 1")
     text, dropped = drop_warnings(_bpftrace.normalize(text))
@@ -343,6 +448,44 @@ def trace(tool, script, args, extra, strlen=None, drop_flags=True,
                          "(%s keys per map); give more with "
                          "--map-keys\n" % (tool.name, dropped, keys or 4096))
     return status, text
+
+
+def watch_selection(session, pid, seq, delay, seen):
+    """A helper of *session*: once it has attached, wait until process pid
+    has put the selection *seq* in effect (within *delay* seconds and
+    one more), and keep its last state read in seen["state"]."""
+    session.attached.wait()
+    deadline = time.monotonic() + delay + 1
+    try:
+        with _select.Block(pid) as block:
+            while True:
+                seen["state"] = block.read()
+                if (seen["state"]["applied_seq"] == seq
+                        or time.monotonic() >= deadline):
+                    return
+                time.sleep(0.05)
+    except _select.Error:
+        return
+
+
+def selection_took_effect(tool, pid, seq, seen):
+    """Whether the selection *seq* written into process pid was put in
+    effect (as watch_selection() saw it, or as the process says now); if
+    not, says on stderr that -f filters the output instead."""
+    state = seen.get("state")
+    if state is None or state["applied_seq"] != seq:
+        try:
+            with _select.Block(pid) as block:
+                state = block.read()
+        except _select.Error as error:
+            state = state or {"state": str(error), "applied_seq": None}
+    if state["applied_seq"] == seq:
+        return True
+    sys.stderr.write("usdt.tools %s: -f did not select the code in the "
+                     "process (its selection: %s): every event fired, and "
+                     "-f kept the entries whose key contains the text\n"
+                     % (tool.name, state["state"]))
+    return False
 
 
 # A line of callpaths.bt's maps: @map[path hash]: value.
@@ -405,7 +548,10 @@ def draw(path, folded, where, empty, title):
 
 def callpaths_command(tool, args):
     """latency --folded/--svg: own wall time per call path."""
-    status, text = trace(tool, "callpaths.bt", args, [], strlen=200)
+    # Every function, so that a path through the code that -f names keeps
+    # its callers: no selection (and none of another tracer's).
+    status, text = trace(tool, "callpaths.bt", args, [], strlen=200,
+                         select="everything")
     folded, counters = fold_callpaths(text)
     if counters["collisions"]:
         raise Error("%d function entries had a call path hash that another "
@@ -432,7 +578,9 @@ def callpaths_command(tool, args):
 
 def calls_command(tool, args):
     """calls: the batches of python:batch (usdt._batch), or with
-    --per-event top-functions.bt's function__entry hits."""
+    --per-event top-functions.bt's function__entry hits.  Either way -f
+    is written as the process's selection (trace()): the interpreter
+    records, and fires, only the calls of the selected code."""
     runner = _bpftrace.find()
     if not args.per_event and _batch.too_large_for(runner):
         sys.stderr.write("usdt.tools calls: bpftrace %s cannot load "
@@ -440,18 +588,22 @@ def calls_command(tool, args):
                          "per call instead (--per-event)\n" % runner)
         args.per_event = True
     if args.per_event:
-        status, text = trace(tool, "top-functions.bt", args, [])
+        # N 0: the script prints every entry, cut below after -f.
+        status, text = trace(tool, "top-functions.bt", args, ["0"],
+                             select=True)
     else:
         status, text = trace(tool, tool.script, args,
                              _batch.program_params(args.binary),
-                             drop_flags=False, loops=True)
+                             select=True, drop_flags=False, loops=True)
         maps, counters = _batch.parse(text)
         _batch.report(tool.name, counters,
                       keys=args.map_keys or tool.keys or 4096, maps=maps)
-        text = _batch.format_calls(_batch.calls_by_function(maps),
-                                   args.top)
-    if args.filter:
+        text = _batch.format_calls(_batch.calls_by_function(maps), 0)
+    # -f before the cut, as run_script(): filtered here only when the
+    # selection did not take effect in the process.
+    if args.filter and not args.selected:
         text = filter_output(text, args.filter)
+    text = cut_maps(text, args.top, tool.cuts)
     write(args, text)
     return status
 
@@ -735,6 +887,17 @@ def measured_costs():
             for name, texts in costs.items()}
 
 
+# What --top cuts, by tool, in its --help.
+TOP_MAPS = {
+    "calls": "the most called",
+    "latency": "the largest; @ns shows every function",
+    "lines": "the most run",
+    "exceptions": "the most frequent",
+    "ccalls": "the largest; @ns shows every callable, @latency_ns one "
+    "histogram",
+}
+
+
 def add_target(parser, required=True):
     target = parser.add_mutually_exclusive_group(required=required)
     target.add_argument("-p", dest="pid", type=int, metavar="PID",
@@ -747,9 +910,14 @@ def add_target(parser, required=True):
     parser.add_argument("-o", dest="output", metavar="FILE",
                         help="write the results to FILE")
     parser.add_argument("-f", dest="filter", metavar="TEXT",
-                        help="only the entries whose key contains TEXT "
-                        "(a module, a file, a function); for stacks, "
-                        "those with a frame that contains it")
+                        help="calls, latency, lines, ccalls, exceptions: "
+                        "only the code whose file name, name or qualified "
+                        "name contains TEXT (a dotted module name selects "
+                        "its files), selected in the process before any "
+                        "trap (ccalls: the C calls it makes; latency "
+                        "--folded/--svg: the call paths through it, "
+                        "filtered after); the other tools: the entries "
+                        "whose key contains TEXT (stacks: a frame)")
     parser.add_argument("-v", dest="verbose", action="store_true",
                         help="name the bpftrace used and its version, and "
                         "show the warnings of it that are known to be "
@@ -784,14 +952,15 @@ def main(argv=None):
             sub.add_argument("--map-keys", type=int, metavar="N",
                              help="keys per map (default %d)"
                              % (tool.keys or 4096))
+        if tool.cuts:
+            sub.add_argument("--top", type=int, default=20, metavar="N",
+                             help="entries shown per map, %s; 0: every one "
+                             "(default %%(default)s)" % TOP_MAPS[tool.name])
         if tool.name == "latency":
             sub.add_argument("--order", choices=["inclusive", "exclusive"],
                              default="inclusive",
                              help="which time comes last (default "
                              "%(default)s)")
-            sub.add_argument("--top", type=int, default=20, metavar="N",
-                             help="functions shown per map but @ns "
-                             "(default %(default)s)")
             sub.add_argument("--folded", action="store_true",
                              help="instead, the own wall time (ns) of each "
                              "function per call path, folded, for "
@@ -801,9 +970,6 @@ def main(argv=None):
                              "graph in FILE (-o also writes the folded "
                              "stacks)")
         elif tool.name == "calls":
-            sub.add_argument("--top", type=int, default=20, metavar="N",
-                             help="functions shown, 0 for all (default "
-                             "%(default)s)")
             sub.add_argument("--per-event", action="store_true",
                              help="one trap per call (top-functions.bt, "
                              "function__entry) instead of one per batch "
@@ -908,15 +1074,19 @@ def run_tool(tool, args):
         return alloc_command(args)
     if tool.name == "profile":
         return profile_command(args)
+    if getattr(args, "top", 0) < 0:
+        raise Error("--top takes 0 (every entry) or more")
     if tool.name == "calls":
         return calls_command(tool, args)
+    # N 0: the script prints every entry, which run_script cuts after -f.
     extra = []
     if tool.name == "latency":
         if args.folded or args.svg:
             return callpaths_command(tool, args)
-        extra = [args.order, str(args.top)]
-    elif tool.name == "ccalls" and args.histogram:
-        extra = list(args.histogram)
+        extra = [args.order, "0"]
+    elif tool.name == "ccalls":
+        # An empty MODULE and FUNCNAME: the histogram of every callable.
+        extra = [*(args.histogram or ["", ""]), "0"]
     return run_script(tool, args, extra)
 
 
