@@ -234,6 +234,11 @@ _PyDTrace_BatchRecord(int event, _PyInterpreterFrame *frame)
         default:
             return;
     }
+    /* Only the events of the selected code (Python/pydtrace_select.c), as
+     * function__entry and function__return fire them. */
+    if (!_PyDTrace_FrameSelected(frame, event)) {
+        return;
+    }
     struct batch_buffer *b = this_buffer;
     if (b == NULL) {
         b = new_buffer();
