@@ -9,8 +9,9 @@ of links on PYTHONPATH (the rest of dist-packages holds 3.11 extension
 modules).  First, sys.setprofile counts the calls per module, and the
 bench picks the module given (--module), saying its share.  Then, in
 rounds that alternate them: the application untraced, under
-`usdt.tools calls -f MODULE --top 0 -c`, and under `usdt.tools latency
--f MODULE -c`; each gives the CPU time of its work (the process's, user
+`usdt.tools calls -f MODULE --top 0 -c`, under `usdt.tools latency
+-f MODULE -c`, and under cProfile (of the whole program, for scale);
+each gives the CPU time of its work (the process's, user
 and system, from inside).  It prints the median ratios, and whether
 `calls -f --top 0` counted every function of the module exactly as
 sys.setprofile does: of the functions whose counts do not vary between
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,6 +107,13 @@ def main():
     args = parser.parse_args()
     python = os.path.abspath(args.python)
     path, app = scratch()
+    try:
+        measure(args, python, path, app)
+    finally:
+        shutil.rmtree(path)
+
+
+def measure(args, python, path, app):
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
     sys.path.insert(0, os.path.join(os.path.dirname(python), "..", "src",
                                     "Lib"))
@@ -138,6 +147,7 @@ def main():
                      "--top", "0", "-c", "%s %s" % (python, app)],
         "latency -f": [python, "-m", "usdt.tools", "latency", "-f",
                        args.module, "-c", "%s %s" % (python, app)],
+        "cProfile": [python, "-m", "cProfile", "-o", os.devnull, app],
     }
     times = {name: [] for name in commands}
     exact = []
@@ -164,7 +174,7 @@ def main():
               "functions": len(expected), "varying": len(varying),
               "selected_calls": sum(expected.values()), "share": share,
               "cpu_ns": times, "exact": exact}
-    for name in ("calls -f", "latency -f"):
+    for name in ("calls -f", "latency -f", "cProfile"):
         ratio = statistics.median(t / u for t, u in
                                   zip(times[name], untraced))
         result[name] = ratio

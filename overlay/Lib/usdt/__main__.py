@@ -93,26 +93,34 @@ def attach_path(pid, mapping):
     return mapping.path
 
 
-def semaphore_value(mem, maps, file, segments, semaphore):
-    """The semaphore at *semaphore* (an address in the file) in the process,
-    or "?" if it cannot be read."""
+def writable_address(maps, file, segments, address):
+    """Where the data at *address* (an address in the file *file*, of
+    PT_LOAD segments *segments*) is in the process, in a writable mapping
+    of the file; None if it is not mapped so."""
     for vaddr, offset, filesz in segments:
-        if vaddr <= semaphore < vaddr + filesz:
-            file_offset = semaphore - vaddr + offset
+        if vaddr <= address < vaddr + filesz:
+            file_offset = address - vaddr + offset
             break
     else:
-        return "?"
+        return None
     for m in maps:
         if (m.file == file and "w" in m.perms
                 and m.offset <= file_offset < m.offset + m.end - m.start):
-            if mem is None:
-                return "?"
-            try:
-                mem.seek(m.start + file_offset - m.offset)
-                return str(int.from_bytes(mem.read(2), sys.byteorder))
-            except OSError:
-                return "?"
-    return "?"
+            return m.start + file_offset - m.offset
+    return None
+
+
+def semaphore_value(mem, maps, file, segments, semaphore):
+    """The semaphore at *semaphore* (an address in the file) in the process,
+    or "?" if it cannot be read."""
+    address = writable_address(maps, file, segments, semaphore)
+    if address is None or mem is None:
+        return "?"
+    try:
+        mem.seek(address)
+        return str(int.from_bytes(mem.read(2), sys.byteorder))
+    except OSError:
+        return "?"
 
 
 def process_probes(pid, everything):

@@ -28,6 +28,7 @@ import os
 import struct
 import time
 
+from usdt.__main__ import mappings, writable_address
 from usdt._elf import PT_LOAD, ElfError, ElfFile
 
 SYMBOL = "_PyDTrace_Select"
@@ -69,56 +70,36 @@ def check_text(text):
     return data
 
 
-def _mapped_files(pid):
-    """(path to open, start, end, offset, perms, (dev, inode)) of the
-    file mappings of pid, the executable's first."""
-    try:
-        exe = os.stat("/proc/%d/exe" % pid)
-        exe_file = (exe.st_dev, exe.st_ino)
-    except OSError:
-        exe_file = None
-    rows = []
-    with open("/proc/%d/maps" % pid) as f:
-        for line in f:
-            fields = line.split(None, 5)
-            if len(fields) < 6 or not fields[5].startswith("/"):
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            rows.append(("/proc/%d/map_files/%s" % (pid, fields[0]), start,
-                         end, int(fields[2], 16), fields[1],
-                         fields[5].rstrip("\n")))
-    return exe_file, rows
-
-
 def locate(pid):
     """The address of the selection block in process pid, or Error."""
     try:
-        exe_file, rows = _mapped_files(pid)
+        maps = mappings(pid)
     except FileNotFoundError:
         raise Error("no process %d" % pid) from None
     except OSError as error:
         raise Error("cannot read the mappings of process %d: %s"
                     % (pid, error.strerror)) from None
+    try:
+        exe = os.readlink("/proc/%d/exe" % pid)
+    except OSError:
+        exe = None
     # The executable, then libpython: the files that can hold the block.
     candidates = []
     seen = set()
-    for row in rows:
-        try:
-            st = os.stat(row[0])
-        except OSError:
+    for m in maps:
+        if not m.path.startswith("/") or m.file in seen:
             continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            continue
-        seen.add(key)
-        if key == exe_file or "libpython" in os.path.basename(row[5]):
-            candidates.append((key != exe_file, row[0], key))
-    for _, path, key in sorted(candidates):
+        seen.add(m.file)
+        if m.path == exe or "libpython" in os.path.basename(m.path):
+            candidates.append((m.path != exe, len(candidates), m))
+    for _, _, m in sorted(candidates):
+        path = "/proc/%d/map_files/%x-%x" % (pid, m.start, m.end)
         try:
             with open(path, "rb") as f:
                 elf = ElfFile(path, f)
                 symbol = elf.symbols().get(SYMBOL)
-                segments = [s for s in elf.segments if s.type == PT_LOAD]
+                segments = [(s.vaddr, s.offset, s.filesz)
+                            for s in elf.segments if s.type == PT_LOAD]
         except (OSError, ElfError):
             continue
         if symbol is None:
@@ -128,20 +109,9 @@ def locate(pid):
                         "the %d of version %d: its interpreter is not the "
                         "one these tools know" % (pid, symbol.size, SIZE,
                                                   VERSION))
-        for segment in segments:
-            if segment.vaddr <= symbol.value < segment.vaddr + segment.filesz:
-                file_offset = symbol.value - segment.vaddr + segment.offset
-                break
-        else:
-            continue
-        for row in rows:
-            try:
-                st = os.stat(row[0])
-            except OSError:
-                continue
-            if ((st.st_dev, st.st_ino) == key and "w" in row[4]
-                    and row[3] <= file_offset < row[3] + row[2] - row[1]):
-                return row[1] + file_offset - row[3]
+        address = writable_address(maps, m.file, segments, symbol.value)
+        if address is not None:
+            return address
     raise Error("process %d has no selection block (%s): it does not run "
                 "an interpreter of cpython-usdt that can select code"
                 % (pid, SYMBOL))
