@@ -425,6 +425,9 @@ watcher_main(void *Py_UNUSED(arg))
             break;
         }
         int armed = probes_armed();
+        /* python:batch's records of threads that wrote no full buffer
+         * since the last poll (Python/pydtrace_batch.c). */
+        _PyDTrace_BatchPoll();
         if (_PyDTrace_SelectPoll(armed & SELECTABLE_PROBES)) {
             watcher.selection++;
         }

@@ -9,11 +9,15 @@
  * thread, and this file fires
  *
  *   python:batch(void *records, int count, int record_size, int version,
- *                long lost)
+ *                long lost, int thread)
  *
- * once per buffer: a tracer reads the *count* records at *records* from
+ * once per batch: a tracer reads the *count* records at *records* from
  * the process's memory inside the probe and aggregates them (one trap per
- * _PyDTrace_BATCH_CAPACITY events instead of one per event).
+ * up to _PyDTrace_BATCH_CAPACITY events instead of one per event).
+ * *thread* is the kernel's id of the thread whose events the records are
+ * (the marker may fire in another thread: see "The marker fires"); the
+ * batches of one thread fire in the order of its events, never two at
+ * once.
  *
  * Record layout, version 1 (_PyDTrace_BATCH_VERSION), 24 bytes, in the
  * process's byte order (struct _PyDTrace_BatchRecord):
@@ -33,11 +37,19 @@
  * kinds skips the others (the events are installed anyway for the
  * marker, and writing a record costs less than deciding not to).
  *
- * The marker fires:
+ * The marker fires, with the records not yet handed over:
  *   - when the buffer is full (_PyDTrace_BATCH_CAPACITY records);
  *   - at the first event after the oldest record in the buffer became
  *     older than _PyDTrace_BATCH_MAX_AGE_NS (before that event's record,
  *     so that the records of a batch are less than that apart);
+ *   - at each poll of the watcher thread (Python/pydtrace_arming.c, once
+ *     a second), for every thread's buffer, in the watcher thread: so a
+ *     thread that blocks, or runs no Python code, with a partial buffer
+ *     delivers it within a poll, and a tracer that waits a poll before it
+ *     detaches has every record written before it began to wait;
+ *   - before a code object that a buffer's records name is freed
+ *     (_PyDTrace_BatchCodeFreed(), from code_dealloc()), for those
+ *     buffers, so that a tracer can still read the code object's names;
  *   - at thread exit (a pthread key's destructor, so every thread that
  *     ever wrote a record, with or without a thread state);
  *   - at process exit (atexit()), for the buffers of every thread: the
@@ -54,6 +66,14 @@
  * (and the allocation is tried again at the next one).  A consumer
  * reports the sum, so no loss is silent.
  *
+ * Handing over a buffer from another thread: the owner thread writes a
+ * record, then publishes it by a release store of the buffer's *head*,
+ * without a lock.  Whoever fires (the owner, the watcher, a code
+ * object's dealloc, exit) holds the buffer's lock, reads *head* with
+ * acquire, fires the records from *tail* to there, and moves *tail* up:
+ * no record is handed over twice or torn.  Only the owner moves *head*
+ * back to 0, under the lock, once the buffer is full.
+ *
  * fork(): the child keeps only the forking thread, whose buffer starts
  * empty in the child; the other threads' buffers are freed.
  *
@@ -68,36 +88,66 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef WITH_DTRACE
 
 struct batch_buffer {
     struct batch_buffer *prev;  /* all buffers: guarded by buffers_mutex */
     struct batch_buffer *next;
-    int count;
-    uint64_t oldest;            /* time of records[0] */
+    pthread_mutex_t lock;       /* held while firing and moving tail */
+    int head;                   /* records written: the owner's, atomic */
+    int tail;                   /* records handed over: under lock */
+    int thread;                 /* the owner's kernel thread id */
     struct _PyDTrace_BatchRecord records[_PyDTrace_BATCH_CAPACITY];
 };
 
 static _Py_thread_local struct batch_buffer *this_buffer;
+/* Guards the list of buffers; taken before a buffer's lock, never after. */
 static pthread_mutex_t buffers_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct batch_buffer *buffers;
 static pthread_key_t buffer_key;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 static int setup_ok;
 
-static void
-fire(struct batch_buffer *b)
+static int
+kernel_thread_id(void)
 {
-    if (b->count > 0) {
+#ifdef SYS_gettid
+    return (int)syscall(SYS_gettid);
+#else
+    return 0;
+#endif
+}
+
+/* Fire the records from tail to head, with b->lock held; they are handed
+ * over (or dropped, if no tracer has the marker armed). */
+static void
+fire_locked(struct batch_buffer *b)
+{
+    int head = _Py_atomic_load_int_acquire(&b->head);
+    int tail = b->tail;
+    if (head > tail) {
         if (PyDTrace_BATCH_ENABLED()) {
-            PyDTrace_BATCH(b->records, b->count,
+            PyDTrace_BATCH(&b->records[tail], head - tail,
                            (int)sizeof(struct _PyDTrace_BatchRecord),
-                           _PyDTrace_BATCH_VERSION, 0L);
+                           _PyDTrace_BATCH_VERSION, 0L, b->thread);
         }
-        b->count = 0;
+        _Py_atomic_store_int_relaxed(&b->tail, head);
     }
+}
+
+/* The owner's flush: hand over what is left, and start the buffer over. */
+static void
+fire_own(struct batch_buffer *b)
+{
+    pthread_mutex_lock(&b->lock);
+    fire_locked(b);
+    _Py_atomic_store_int_relaxed(&b->tail, 0);
+    _Py_atomic_store_int_release(&b->head, 0);
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void
@@ -114,32 +164,72 @@ unlink_buffer(struct batch_buffer *b)
     }
 }
 
-/* Thread exit: the pthread key's destructor, in the exiting thread.  The
- * mutex keeps process_exit() from handing over the same records. */
+/* Thread exit: the pthread key's destructor, in the exiting thread. */
 static void
 thread_exit(void *arg)
 {
     struct batch_buffer *b = (struct batch_buffer *)arg;
     pthread_mutex_lock(&buffers_mutex);
-    fire(b);
+    pthread_mutex_lock(&b->lock);
+    fire_locked(b);
+    pthread_mutex_unlock(&b->lock);
     unlink_buffer(b);
     pthread_mutex_unlock(&buffers_mutex);
     if (this_buffer == b) {
         this_buffer = NULL;
     }
+    pthread_mutex_destroy(&b->lock);
     free(b);
 }
 
-/* Process exit: every buffer that is left.  The other threads no longer
- * run Python code once the interpreter is finalized (in the default
- * build; a daemon thread of the free-threaded build could still be
- * writing to its buffer: not handled yet). */
+/* Every buffer's records that are not handed over yet. */
 static void
-process_exit(void)
+fire_all(void)
 {
     pthread_mutex_lock(&buffers_mutex);
     for (struct batch_buffer *b = buffers; b != NULL; b = b->next) {
-        fire(b);
+        pthread_mutex_lock(&b->lock);
+        fire_locked(b);
+        pthread_mutex_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&buffers_mutex);
+}
+
+/* Process exit (atexit(), after Py_Finalize()): every buffer that is
+ * left. */
+static void
+process_exit(void)
+{
+    fire_all();
+}
+
+/* The watcher's poll (Python/pydtrace_arming.c), in the watcher thread:
+ * every thread's records written since its last batch are handed over, or
+ * dropped if no tracer has the marker armed any more. */
+void
+_PyDTrace_BatchPoll(void)
+{
+    if (buffers == NULL) {
+        return;
+    }
+    fire_all();
+}
+
+void
+_PyDTrace_BatchCodeFreed(PyCodeObject *code)
+{
+    uint64_t address = (uint64_t)(uintptr_t)code;
+    pthread_mutex_lock(&buffers_mutex);
+    for (struct batch_buffer *b = buffers; b != NULL; b = b->next) {
+        pthread_mutex_lock(&b->lock);
+        int head = _Py_atomic_load_int_acquire(&b->head);
+        for (int i = b->tail; i < head; i++) {
+            if (b->records[i].code == address) {
+                fire_locked(b);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&b->lock);
     }
     pthread_mutex_unlock(&buffers_mutex);
 }
@@ -159,9 +249,12 @@ atfork_child(void)
     }
     buffers = this_buffer;
     if (this_buffer != NULL) {
+        pthread_mutex_init(&this_buffer->lock, NULL);
         this_buffer->prev = NULL;
         this_buffer->next = NULL;
-        this_buffer->count = 0;
+        this_buffer->head = 0;
+        this_buffer->tail = 0;
+        this_buffer->thread = kernel_thread_id();
     }
 }
 
@@ -191,9 +284,15 @@ new_buffer(void)
     if (b == NULL) {
         return NULL;
     }
-    b->count = 0;
-    b->oldest = 0;
+    if (pthread_mutex_init(&b->lock, NULL) != 0) {
+        free(b);
+        return NULL;
+    }
+    b->head = 0;
+    b->tail = 0;
+    b->thread = kernel_thread_id();
     if (pthread_setspecific(buffer_key, b) != 0) {
+        pthread_mutex_destroy(&b->lock);
         free(b);
         return NULL;
     }
@@ -244,7 +343,7 @@ _PyDTrace_BatchRecord(int event, _PyInterpreterFrame *frame)
         b = new_buffer();
         if (b == NULL) {
             PyDTrace_BATCH(NULL, 0, (int)sizeof(struct _PyDTrace_BatchRecord),
-                           _PyDTrace_BATCH_VERSION, 1L);
+                           _PyDTrace_BATCH_VERSION, 1L, kernel_thread_id());
             return;
         }
         this_buffer = b;
@@ -252,23 +351,28 @@ _PyDTrace_BatchRecord(int event, _PyInterpreterFrame *frame)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    /* Only this thread writes head: a plain read of its own value. */
+    int head = b->head;
     /* Records of a batch are less than _PyDTrace_BATCH_MAX_AGE_NS apart:
      * a consumer that started in between tells its records from an
-     * earlier tracer's by the batch's first record. */
-    if (b->count > 0 && now - b->oldest >= _PyDTrace_BATCH_MAX_AGE_NS) {
-        fire(b);
-    }
-    if (b->count == 0) {
-        b->oldest = now;
+     * earlier tracer's by the batch's first record.  tail moves under
+     * the lock; a stale read only makes this flush early. */
+    int tail = _Py_atomic_load_int_relaxed(&b->tail);
+    if (head > tail
+        && now - b->records[tail].time >= _PyDTrace_BATCH_MAX_AGE_NS)
+    {
+        fire_own(b);
+        head = 0;
     }
     PyCodeObject *code = _PySeam_FrameCode(frame);
-    struct _PyDTrace_BatchRecord *r = &b->records[b->count++];
+    struct _PyDTrace_BatchRecord *r = &b->records[head];
     r->code = (uint64_t)(uintptr_t)code;
     r->time = now;
     r->kind = kind;
     r->code_version = _PySeam_CodeVersion(code);
-    if (b->count == _PyDTrace_BATCH_CAPACITY) {
-        fire(b);
+    _Py_atomic_store_int_release(&b->head, head + 1);
+    if (head + 1 == _PyDTrace_BATCH_CAPACITY) {
+        fire_own(b);
     }
 }
 

@@ -297,6 +297,22 @@ struct _PyDTrace_BatchRecord {
  * is armed. */
 extern void _PyDTrace_BatchRecord(int event,
                                   struct _PyInterpreterFrame *frame);
+/* The watcher's poll: every thread's records not yet handed over. */
+extern void _PyDTrace_BatchPoll(void);
+/* Before a code object is freed: the buffers whose records name it. */
+extern void _PyDTrace_BatchCodeFreed(PyCodeObject *code);
+
+/* The hook of code_dealloc() (0215-batch-marker.patch), once the code
+ * object is sure to be freed and before its fields are: a tracer of
+ * python:batch names the code objects of a batch from the process's
+ * memory when it reads the batch. */
+static inline void
+_PyDTrace_CodeFreed(PyCodeObject *code)
+{
+    if (PyDTrace_BATCH_ENABLED()) {
+        _PyDTrace_BatchCodeFreed(code);
+    }
+}
 
 #define _PyDTrace_LEGACY_TOOLS \
     ((1 << PY_MONITORING_SYS_PROFILE_ID) | (1 << PY_MONITORING_SYS_TRACE_ID))
@@ -597,6 +613,7 @@ _PyDTrace_AuditOnly(PyInterpreterState *interp)
 #define _PyDTrace_FilterJump(tstate, frame, instr, target, tools) (tools)
 #define _PyDTrace_Line(frame, line) ((void)0)
 #define _PyDTrace_SelectCode(code) ((void)0)
+#define _PyDTrace_CodeFreed(code) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_START(type, cond) ((void)0)
 #define _PyDTrace_INSTANCE_NEW_DONE(type, cond) ((void)0)
 #define _PyDTrace_InstanceDeleteStart(type) ((PyTypeObject *)NULL)
