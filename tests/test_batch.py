@@ -6,12 +6,15 @@ function (threading.setprofile_all_threads()) receives in a run of the
 same deterministic workload: generators, exceptions that unwind several
 frames, threads.  A forked child's batches hold the child's events only.
 python -m usdt.tools calls, which reads the batches, counts as
-sys.setprofile() does.
+sys.setprofile() does, and python -m usdt.tools latency (latency-batch.bt)
+times as many runs of each function.  With -p, the calls of a thread that
+then blocks, with its buffer partly filled, reach the tool at Ctrl-C.
 """
 
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +23,7 @@ import time
 import unittest
 
 from support import (PYTHON, Bpftrace, bpftrace_env, bpftrace_runner,
-                     require_bpftrace, run, usdt_module)
+                     readline, require_bpftrace, run, start, usdt_module)
 
 # The workload: deterministic calls of its own functions.  With argv[1]
 # "profile", it counts its functions' setprofile events in every thread
@@ -341,6 +344,106 @@ class BatchTest(unittest.TestCase):
         self.assertNotIn("lost", proc.stderr)
         self.assertNotIn("full", proc.stderr)
 
+    def setprofile_calls(self, script):
+        """{function: calls} of the workload as setprofile counts them."""
+        truth = run([PYTHON, script, "profile"], timeout=300)
+        self.assertEqual(truth.returncode, 0, truth.stderr)
+        return {name.rpartition(" ")[0]: n for name, n in
+                json.loads(truth.stdout.splitlines()[-1]).items()
+                if name.endswith(" call")}
+
+    def test_latency_tool_equals_setprofile(self):
+        # python -m usdt.tools latency --top 0 (latency-batch.bt): the runs
+        # of each function (calls, resumptions, throws into a generator)
+        # are setprofile's 'call' events, each timed to its 'return'.
+        if usdt_module("_batch").too_large_for(bpftrace_runner()):
+            self.skipTest("latency-batch.bt does not load on bpftrace %s: "
+                          "usdt.tools latency falls back to latency.bt"
+                          % bpftrace_runner())
+        script = self.script(WORKLOAD)
+        expected = self.setprofile_calls(script)
+        output = os.path.join(self.tmp.name, "latency.txt")
+        proc = run([PYTHON, "-m", "usdt.tools", "latency", "--top", "0",
+                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
+                   timeout=300, env=bpftrace_env())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("lost", proc.stderr)
+        self.assertNotIn("full", proc.stderr)
+        with open(output) as f:
+            text = f.read()
+        runs = {}
+        sums = collections.defaultdict(dict)
+        module = None
+        for line in text.splitlines():
+            if line.startswith("@ns["):
+                key, _, value = line[4:].partition("]: ")
+                path, name, _ = key.split(", ")
+                count = int(value.split(",")[0].split()[1])
+                if path == script and name == "<module>":
+                    module = count
+                elif path == script:
+                    runs[name] = count
+            for field in ("exclusive_ns", "inclusive_ns"):
+                if line.startswith("@%s[%s, " % (field, script)):
+                    key, _, value = line.partition("]: ")
+                    sums[field][key.split(", ")[1]] = int(value)
+        self.assertEqual(runs, expected)
+        # The module's body is named too (one run: it ran before
+        # setprofile was set).
+        self.assertEqual(module, 1)
+        self.assertNotIn(usdt_module("_batch").CODE_GONE, text)
+        # leaf calls no Python function: its own time is all of it; main's
+        # includes its callees'.
+        self.assertEqual(sums["exclusive_ns"]["leaf"],
+                         sums["inclusive_ns"]["leaf"])
+        self.assertGreater(sums["inclusive_ns"]["main"],
+                           sums["exclusive_ns"]["main"])
+        self.assertIn("@latency_ns[%s, leaf, " % script, text)
+
+    def test_partial_buffer_delivered_at_ctrl_c(self):
+        # A process makes 300 calls (less than a buffer) and blocks; the
+        # tool gets Ctrl-C as soon as it has: it waits for a poll of the
+        # process's watcher, which hands over the partial buffer.
+        if usdt_module("_batch").too_large_for(bpftrace_runner()):
+            self.skipTest("calls-batch.bt does not load on bpftrace %s"
+                          % bpftrace_runner())
+        script = self.script(textwrap.dedent("""\
+            import sys
+
+            def f(i):
+                return i
+
+            print("ready", flush=True)
+            for line in sys.stdin:
+                for i in range(300):
+                    f(i)
+                print("done", flush=True)
+            """), name="blocks.py")
+        app = start(self, [PYTHON, script], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE)
+        self.assertEqual(readline(app.stdout, 60, "no 'ready'"), "ready\n")
+        output = os.path.join(self.tmp.name, "calls.txt")
+        tool = start(self, [PYTHON, "-m", "usdt.tools", "calls", "-p",
+                            str(app.pid), "-o", output, "--top", "0"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     env=bpftrace_env())
+        said = readline(tool.stderr, 120, "usdt.tools calls -p did not say "
+                        "it traces")
+        self.assertIn("tracing process %d" % app.pid, said)
+        app.stdin.write("go\n")
+        app.stdin.flush()
+        self.assertEqual(readline(app.stdout, 60, "no 'done'"), "done\n")
+        tool.send_signal(signal.SIGINT)
+        stdout, stderr = tool.communicate(timeout=120)
+        self.assertEqual(tool.returncode, 0, stderr)
+        self.assertIn("last batches", stderr)
+        with open(output) as f:
+            calls = {keys[1]: value
+                     for _, keys, value in Bpftrace.maps(f.read())
+                     if keys[0] == script}
+        self.assertEqual(calls, {"f": 300})
+        self.assertIsNone(app.poll())
+
 
 class ReportTest(unittest.TestCase):
     """What usdt.tools calls says of its counts (usdt._batch): no loss is
@@ -368,6 +471,44 @@ class ReportTest(unittest.TestCase):
         batch.report("calls", collections.Counter(), keys=4096, maps=maps,
                      out=out)
         self.assertEqual(out.getvalue(), "")
+
+    def test_latency_entries_added_up(self):
+        # Two code objects of one function (a module run twice, a def run
+        # anew): one entry of each map, their runs and times added up, the
+        # histograms bucket by bucket; a code object alone as printed.
+        batch = usdt_module("_batch")
+        hist_a = ("[16, 32)              3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@"
+                  "@@@@@@@@@@@@@@@@@@@@@@|\n")
+        hist_b = ("[64, 128)             1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@"
+                  "@@@@@@@@@@@@@@@@@@@@@@|\n")
+        maps, _ = batch.parse(
+            "@ns[1, 1]: count 3, average 20, total 60\n"
+            "@ns[2, 1]: count 1, average 100, total 100\n"
+            "@ns[3, 4]: count 1, average 7, total 7\n\n"
+            "@latency_ns[1, 1]: \n" + hist_a + "\n"
+            "@latency_ns[2, 1]: \n" + hist_b + "\n"
+            "@exclusive_ns[1, 1]: 60\n@exclusive_ns[2, 1]: 90\n\n"
+            "@inclusive_ns[1, 1]: 60\n@inclusive_ns[2, 1]: 100\n\n"
+            "@file[1, 1]: /a.py\n@name[1, 1]: f\n@line[1, 1]: 3\n"
+            "@file[2, 1]: /a.py\n@name[2, 1]: f\n@line[2, 1]: 3\n"
+            "@file[3, 4]: /b.py\n@name[3, 4]: g\n@line[3, 4]: 9\n")
+        self.assertEqual(batch.format_latency(maps, "inclusive"), (
+            "@ns[/b.py, g, 9]: count 1, average 7, total 7\n"
+            "@ns[/a.py, f, 3]: count 4, average 40, total 160\n\n"
+            "@latency_ns[/a.py, f, 3]: \n"
+            "[16, 32)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@"
+            "@@@@@@@@@@@@@@@@|\n"
+            "[32, 64)               0 |                                    "
+            "                |\n"
+            "[64, 128)              1 |@@@@@@@@@@@@@@@@@                   "
+            "                |\n\n"
+            "@exclusive_ns[/a.py, f, 3]: 150\n\n"
+            "@inclusive_ns[/a.py, f, 3]: 160\n\n"))
+        self.assertEqual(batch.bucket_label(batch.bucket_low("[4K, 8K)")),
+                         "[4K, 8K)")
+        self.assertEqual(batch.bucket_label(batch.bucket_low("[1]")), "[1]")
+        self.assertEqual(batch.bucket_label(1 << 20), "[1M, 2M)")
+        self.assertEqual(batch.bucket_label(512), "[512, 1K)")
 
 
 if __name__ == "__main__":

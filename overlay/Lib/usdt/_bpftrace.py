@@ -795,16 +795,32 @@ class Session:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
 
-    def wait(self, seconds=None, delay=0, announce=None):
+    def wait(self, seconds=None, delay=0, announce=None, drain=0,
+             drain_note=None):
         """Wait for bpftrace to exit; its exit status.  It gets SIGINT
         *seconds* (None: never) after it has attached and *delay* more
         seconds have passed (when the markers that a watcher arms fire),
         or at Ctrl-C (KeyboardInterrupt: SIGINT or SIGTERM to this
         process), and again every second until it exits.  *announce*, a
-        text, goes to stderr once attached and *delay* has passed."""
+        text, goes to stderr once attached and *delay* has passed.
+        *drain*: seconds more between the decision to stop and the first
+        SIGINT (the traced process hands over what it holds meanwhile),
+        said on stderr with *drain_note* (a text with %g for them); a
+        second Ctrl-C stops at once."""
         proc = self.proc
-        since = deadline = None
+        since = deadline = stop_at = None
         ready = stopping = interrupted = False
+
+        def stop():
+            nonlocal stop_at, stopping
+            if drain and stop_at is None:
+                stop_at = time.monotonic() + drain
+                if drain_note:
+                    sys.stderr.write(drain_note % drain)
+                    sys.stderr.flush()
+            else:
+                stopping = True
+                self.interrupt()
         try:
             while True:
                 try:
@@ -819,12 +835,13 @@ class Session:
                             if seconds is not None:
                                 deadline = time.monotonic() + seconds
                             if interrupted:
-                                stopping = True
-                                self.interrupt()
+                                stop()
                     if not ready:
                         timeout = 0.05
                     elif stopping:
                         timeout = 1
+                    elif stop_at is not None:
+                        timeout = max(0, stop_at - time.monotonic())
                     elif deadline is None:
                         timeout = None
                     else:
@@ -832,15 +849,23 @@ class Session:
                     proc.wait(timeout=timeout)
                     break
                 except subprocess.TimeoutExpired:
-                    if ready and (stopping or deadline is not None
-                                  and time.monotonic() >= deadline):
+                    now = time.monotonic()
+                    if not ready:
+                        continue
+                    if stopping or (stop_at is not None and now >= stop_at):
                         stopping = True
                         self.interrupt()
+                    elif (stop_at is None and deadline is not None
+                          and now >= deadline):
+                        stop()
                 except KeyboardInterrupt:
                     interrupted = True
                     if ready and proc.poll() is None:
-                        stopping = True
-                        self.interrupt()
+                        if stopping or stop_at is not None:
+                            stopping = True
+                            self.interrupt()
+                        else:
+                            stop()
         finally:
             self.close()
         return proc.returncode

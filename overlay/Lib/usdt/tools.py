@@ -86,8 +86,8 @@ TOOLS = [
          cuts={"@calls": ("function", None)}),
     Tool("latency", "Which Python functions are slow? Runs, inclusive "
          "and exclusive wall time, latency histograms; or (--svg) a flame "
-         "graph of wall time by call path", "latency.bt",
-         128, 65536, watched=True,
+         "graph of wall time by call path", "latency-batch.bt",
+         160, 65536, watched=True,
          cuts={name: ("function", None) for name in (
              "@latency_ns", "@exclusive_ns", "@inclusive_ns")}),
     Tool("lines", "Which lines of Python code run, how often?",
@@ -343,7 +343,7 @@ def run_script(tool, args, extra):
 
 
 def trace(tool, script, args, extra, strlen=None, select=False,
-          drop_flags=True, loops=False):
+          drop_flags=True, loops=False, batches=False):
     """Run the ready script *script* for *tool*: (bpftrace's status, its
     output without its warnings), after saying on stderr how many events
     a full map dropped.  strlen: what the script's header asks for, if
@@ -356,7 +356,10 @@ def trace(tool, script, args, extra, strlen=None, select=False,
     whose checks make a program with long loops too large for the
     verifier; the caller checks its maps.  loops: the script's range
     loops are written as this version of bpftrace takes them
-    (_bpftrace.Bpftrace.loops(), stack_config())."""
+    (_bpftrace.Bpftrace.loops(), stack_config()).  batches: the script
+    reads python:batch; when -d expires or at Ctrl-C, bpftrace stops
+    after one more poll of the process's watcher, which hands over the
+    partial buffers of every thread (a thread that blocks holds one)."""
     runner = _bpftrace.find()
     sys.stderr.write(_bpftrace.untested_note(runner))
     keys = args.map_keys or tool.keys
@@ -430,7 +433,10 @@ def trace(tool, script, args, extra, strlen=None, select=False,
             if tool.watched and args.pid is not None else 0,
             announce="usdt.tools %s: tracing process %s; Ctrl-C prints "
             "the results\n" % (tool.name, args.pid)
-            if args.pid is not None else None)
+            if args.pid is not None else None,
+            drain=watcher_delay(args.binary) if batches else 0,
+            drain_note="usdt.tools %s: %%g s more for the process's last "
+            "batches (Ctrl-C again stops now)\n" % tool.name)
         text = "".join(lines)
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
@@ -594,13 +600,46 @@ def calls_command(tool, args):
     else:
         status, text = trace(tool, tool.script, args,
                              _batch.program_params(args.binary),
-                             select=True, drop_flags=False, loops=True)
+                             select=True, drop_flags=False, loops=True,
+                             batches=True)
         maps, counters = _batch.parse(text)
         _batch.report(tool.name, counters,
                       keys=args.map_keys or tool.keys or 4096, maps=maps)
         text = _batch.format_calls(_batch.calls_by_function(maps), 0)
     # -f before the cut, as run_script(): filtered here only when the
     # selection did not take effect in the process.
+    if args.filter and not args.selected:
+        text = filter_output(text, args.filter)
+    text = cut_maps(text, args.top, tool.cuts)
+    write(args, text)
+    return status
+
+
+def latency_command(tool, args):
+    """latency: the batches of python:batch (latency-batch.bt, usdt._batch)
+    or with --per-event latency.bt's function__entry and __return hits,
+    printed alike.  -f is written as the process's selection, as for
+    calls."""
+    runner = _bpftrace.find()
+    if not args.per_event and _batch.too_large_for(runner):
+        sys.stderr.write("usdt.tools latency: bpftrace %s cannot load "
+                         "latency-batch.bt (the verifier's limit): two "
+                         "traps per call instead (--per-event)\n" % runner)
+        args.per_event = True
+    if args.per_event:
+        # N 0: the script prints every entry, cut below after -f.  Its
+        # keys hold two strings: 128 bytes (latency.bt's header).
+        status, text = trace(tool, "latency.bt", args, [args.order, "0"],
+                             strlen=128, select=True)
+    else:
+        status, text = trace(tool, tool.script, args,
+                             _batch.program_params(args.binary),
+                             select=True, drop_flags=False, loops=True,
+                             batches=True)
+        maps, counters = _batch.parse(text)
+        _batch.report(tool.name, counters,
+                      keys=args.map_keys or tool.keys or 4096, maps=maps)
+        text = _batch.format_latency(maps, args.order)
     if args.filter and not args.selected:
         text = filter_output(text, args.filter)
     text = cut_maps(text, args.top, tool.cuts)
@@ -969,6 +1008,11 @@ def main(argv=None):
                              help="instead, draw that time as a flame "
                              "graph in FILE (-o also writes the folded "
                              "stacks)")
+            sub.add_argument("--per-event", action="store_true",
+                             help="two traps per call (latency.bt, "
+                             "function__entry and __return) instead of one "
+                             "per batch of calls (latency-batch.bt, "
+                             "python:batch)")
         elif tool.name == "calls":
             sub.add_argument("--per-event", action="store_true",
                              help="one trap per call (top-functions.bt, "
@@ -1083,7 +1127,7 @@ def run_tool(tool, args):
     if tool.name == "latency":
         if args.folded or args.svg:
             return callpaths_command(tool, args)
-        extra = [args.order, "0"]
+        return latency_command(tool, args)
     elif tool.name == "ccalls":
         # An empty MODULE and FUNCNAME: the histogram of every callable.
         extra = [*(args.histogram or ["", ""]), "0"]
