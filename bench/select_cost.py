@@ -73,9 +73,11 @@ else:
     start = time.process_time_ns()
     work()
     print("cpu_ns=%d" % (time.process_time_ns() - start), file=sys.stderr)
+    print("total_ns=%d" % time.process_time_ns(), file=sys.stderr)
 '''
 
 CPU = re.compile(r"cpu_ns=(\d+)")
+TOTAL = re.compile(r"total_ns=(\d+)")
 CALLS = re.compile(r"^@calls\[(.*), (.*), (-?\d+)\]: (\d+)$", re.M)
 
 

@@ -486,7 +486,8 @@ class ReportTest(unittest.TestCase):
             "@ns[2, 1]: count 1, average 100, total 100\n"
             "@ns[3, 4]: count 1, average 7, total 7\n\n"
             "@latency_ns[1, 1]: \n" + hist_a + "\n"
-            "@latency_ns[2, 1]: \n" + hist_b + "\n"
+            # bpftrace 0.27's first line of a histogram.
+            "@latency_ns[2, 1]:\n" + hist_b + "\n"
             "@exclusive_ns[1, 1]: 60\n@exclusive_ns[2, 1]: 90\n\n"
             "@inclusive_ns[1, 1]: 60\n@inclusive_ns[2, 1]: 100\n\n"
             "@file[1, 1]: /a.py\n@name[1, 1]: f\n@line[1, 1]: 3\n"

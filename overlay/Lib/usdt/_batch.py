@@ -22,7 +22,7 @@ import re
 import sys
 
 # Keys of two numbers (code object address, co_version), bpftrace's print.
-PAIR_LINE = re.compile(r"^@(\w+)\[(\d+), (\d+)\]: (.*)$")
+PAIR_LINE = re.compile(r"^@(\w+)\[(\d+), (\d+)\]:(?: (.*))?$")
 STATS_VALUE = re.compile(r"^count (\d+), average -?\d+, total (-?\d+)$")
 # A histogram's bucket: its label ([0], [1], [4K, 8K)) and count.
 BUCKET_LINE = re.compile(r"^(\[[^\])]*[\])])\s+(\d+) \|")
@@ -68,6 +68,9 @@ def parse(text):
         if match:
             field, code, version, value = match.groups()
             key = (int(code), int(version))
+            # bpftrace 0.27 ends a histogram's first line with ":", 0.17
+            # with ": ".
+            value = value or ""
             if field in INT_MAPS:
                 value = int(value)
             elif field == "ns":
