@@ -38,10 +38,16 @@ CPU_RE = re.compile(r"cpu_ns=(\d+)")
 # the second workload fires the tool's probes the most.  The -f rows select
 # one method, Packet.__init__: 0.04 % of richards's 776,191 Python calls
 # (sys.setprofile's count at BENCH_SCALE=0.3).
+# calls and latency read batches of records (python:batch), one trap per
+# 512 calls; their --per-event rows trap at every event, as the other
+# tools do.  cProfile is not a tool: the same workloads under python -m
+# cProfile, for scale (not in --help).
 CASES = [
     ("calls", [], ["richards", "recursion"]),
+    ("calls --per-event", ["--per-event"], ["richards", "recursion"]),
     ("calls -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency", [], ["richards", "recursion"]),
+    ("latency --per-event", ["--per-event"], ["richards", "recursion"]),
     ("latency -f", ["-f", "Packet.__init__"], ["richards"]),
     ("latency --svg", ["--folded"], ["richards", "recursion"]),
     ("lines", [], ["richards", "loops"]),
@@ -53,6 +59,7 @@ CASES = [
     ("threads", [], ["richards", "thread_churn"]),
     ("tasks", [], ["richards", "asyncio_tasks"]),
     ("profile", [], ["richards", "recursion"]),
+    ("cProfile", [], ["richards", "recursion"]),
 ]
 
 
@@ -72,8 +79,11 @@ def measure(python, tool, options, workload, rounds, scale):
                PYTHONHASHSEED="0")
     script = os.path.join(WORKLOADS, workload + ".py")
     name = tool.split()[0]
-    traced_cmd = [python, "-m", "usdt.tools", name, *options,
-                  "-o", os.devnull, "-c", "%s %s" % (python, script)]
+    if tool == "cProfile":
+        traced_cmd = [python, "-m", "cProfile", "-o", os.devnull, script]
+    else:
+        traced_cmd = [python, "-m", "usdt.tools", name, *options,
+                      "-o", os.devnull, "-c", "%s %s" % (python, script)]
     untraced, traced = [], []
     for _ in range(rounds):
         untraced.append(timed([python, script], env))
@@ -109,7 +119,11 @@ def markdown(result):
            "time hardly moves with the machine's load, unlike wall time.  "
            "*noise* is the spread of the untraced rounds "
            "((max − min)/min): a slowdown within it is no measurable "
-           "cost.  `latency --svg` is `latency --folded` "
+           "cost.  `calls` and `latency` read batches of records "
+           "(`python:batch`, one trap per 512 events); their "
+           "`--per-event` rows trap at every event, as the other tools "
+           "do.  `cProfile` is `python -m cProfile` on the same "
+           "workloads, for scale.  `latency --svg` is `latency --folded` "
            "(`callpaths.bt`); `profile` samples at its default 49 Hz.  "
            "*measured*: when (a run with `--only` measures some rows and "
            "keeps the others; the interpreter above is that run's).", "",
@@ -140,6 +154,8 @@ def module(result):
            '# (tool and its options, workload, slowdown)',
            'COSTS = (']
     for row in result["rows"]:
+        if row["tool"] == "cProfile":
+            continue
         out.append("    (%r, %r, %r)," % (row["tool"], row["workload"],
                                          round(row["slowdown"], 2)))
     out += [")", ""]

@@ -590,7 +590,8 @@ class Bpftrace:
         stderr = proc if isinstance(proc, str) else proc.stderr
         text = "\n".join(line for line in stderr.splitlines()
                          if "RLIMIT_MEMLOCK" not in line
-                         and not LEFT_OUT_NOTE.match(line)).strip()
+                         and not LEFT_OUT_NOTE.match(line)
+                         and not CPU_NOTE.match(line)).strip()
         if "Error attaching probe" in text:
             refused = ref_ctr_mismatches(PYTHON)
             if refused:
@@ -606,6 +607,14 @@ class Bpftrace:
 LEFT_OUT_NOTE = re.compile(r"^(usdt\.tools \w+|usdt.stacks): \d+ known harmless "
                            r"bpftrace warnings? not shown \(-v shows "
                            r"(them|it)\)$")
+
+
+# The line in which usdt.tools calls and latency say the CPU time of the
+# traced process and their own (usdt.tools.report_cpu()).
+CPU_NOTE = re.compile(r"^usdt\.tools \w+: CPU time: the traced process "
+                      r"(\d+\.\d\d s|unknown \(it has exited\)); the tool "
+                      r"\d+\.\d\d s \(bpftrace \d+\.\d\d s, usdt\.tools "
+                      r"\d+\.\d\d s\)$")
 
 
 def ref_ctr_mismatches(binary, seconds=600):

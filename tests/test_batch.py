@@ -22,7 +22,8 @@ import textwrap
 import time
 import unittest
 
-from support import (PYTHON, Bpftrace, bpftrace_env, bpftrace_runner,
+from support import (CPU_NOTE, PYTHON, Bpftrace, bpftrace_env,
+                     bpftrace_runner,
                      readline, require_bpftrace, run, start, usdt_module)
 
 # The workload: deterministic calls of its own functions.  With argv[1]
@@ -343,6 +344,11 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(found, expected)
         self.assertNotIn("lost", proc.stderr)
         self.assertNotIn("full", proc.stderr)
+        # The CPU time of the command, and of the tool beside it.
+        said = [line for line in proc.stderr.splitlines()
+                if CPU_NOTE.match(line)]
+        self.assertEqual(len(said), 1, proc.stderr)
+        self.assertNotIn("unknown", said[0])
 
     def setprofile_calls(self, script):
         """{function: calls} of the workload as setprofile counts them."""
@@ -437,6 +443,9 @@ class BatchTest(unittest.TestCase):
         stdout, stderr = tool.communicate(timeout=120)
         self.assertEqual(tool.returncode, 0, stderr)
         self.assertIn("last batches", stderr)
+        # With -p, the process's CPU time while traced.
+        self.assertTrue(any(CPU_NOTE.match(line) and "unknown" not in line
+                            for line in stderr.splitlines()), stderr)
         with open(output) as f:
             calls = {keys[1]: value
                      for _, keys, value in Bpftrace.maps(f.read())

@@ -717,6 +717,21 @@ class NoiseFilter:
 LOST_STACK = "failed to look up stack id"
 
 
+def process_cpu(pid):
+    """(own, children's) CPU seconds (user and system) of process *pid*,
+    from /proc/PID/stat; None if it cannot be read."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    # utime, stime, cutime, cstime: fields 14 to 17 (the 12th to 15th
+    # after the name).
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime) / tick, (cutime + cstime) / tick
+
+
 class Session:
     """One bpftrace process, from its start to its exit: the one place
     where the toolkit starts bpftrace and stops it.
@@ -750,6 +765,10 @@ class Session:
             self.attached.set()
         self.proc = None
         self._threads = []
+        # After wait(): bpftrace's CPU seconds (user and system), its own
+        # and its children's (a -c command), read when it had exited and
+        # before it was reaped; None if they could not be read.
+        self.cpu = None
 
     @property
     def pid(self):
@@ -846,7 +865,7 @@ class Session:
                         timeout = None
                     else:
                         timeout = max(0, deadline - time.monotonic())
-                    proc.wait(timeout=timeout)
+                    self._wait(timeout)
                     break
                 except subprocess.TimeoutExpired:
                     now = time.monotonic()
@@ -869,6 +888,26 @@ class Session:
         finally:
             self.close()
         return proc.returncode
+
+    def _wait(self, timeout):
+        """proc.wait(timeout), which first reads bpftrace's CPU times
+        (self.cpu) from /proc while it is a zombie: once reaped, its
+        children's times are gone."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                exited = os.waitid(os.P_PID, self.proc.pid, os.WEXITED
+                                   | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                exited = True
+            if exited is not None:
+                self.cpu = process_cpu(self.proc.pid)
+                self.proc.wait()
+                return
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.command, timeout)
+            time.sleep(0.05 if left is None else min(0.05, left))
 
     def stop(self, timeout=60):
         """SIGINT now, and every second, until bpftrace exits (killed

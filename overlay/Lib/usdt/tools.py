@@ -44,6 +44,7 @@ import io
 import json
 import os
 import re
+import resource
 import signal
 import sys
 import sysconfig
@@ -416,6 +417,8 @@ def trace(tool, script, args, extra, strlen=None, select=False,
                    "-c", args.command]
         session = _bpftrace.Session(runner, cmd, env,
                                     detects_attach=args.pid is not None)
+        traced_before = (_bpftrace.process_cpu(args.pid)
+                         if batches and args.pid is not None else None)
         lines = []
         seen = {}
         if args.pid is not None:
@@ -437,6 +440,8 @@ def trace(tool, script, args, extra, strlen=None, select=False,
             drain=watcher_delay(args.binary) if batches else 0,
             drain_note="usdt.tools %s: %%g s more for the process's last "
             "batches (Ctrl-C again stops now)\n" % tool.name)
+        if batches:
+            report_cpu(tool, args, session, traced_before)
         text = "".join(lines)
         if args.pid is None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as f:
@@ -454,6 +459,30 @@ def trace(tool, script, args, extra, strlen=None, select=False,
                          "(%s keys per map); give more with "
                          "--map-keys\n" % (tool.name, dropped, keys or 4096))
     return status, text
+
+
+def report_cpu(tool, args, session, traced_before):
+    """Say on stderr the CPU time that tracing took outside the traced
+    process (bpftrace's, and this process's) beside the traced process's
+    (of the -c command; with -p, while traced).  The BPF programs run in
+    the traced process: their time is in its own."""
+    if session.cpu is None:
+        return
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    mine = own.ru_utime + own.ru_stime
+    bpftrace, children = session.cpu
+    traced = None
+    if args.pid is None:
+        traced = children
+    elif traced_before is not None:
+        after = _bpftrace.process_cpu(args.pid)
+        if after is not None:
+            traced = after[0] - traced_before[0]
+    sys.stderr.write(
+        "usdt.tools %s: CPU time: the traced process %s; the tool %.2f s "
+        "(bpftrace %.2f s, usdt.tools %.2f s)\n" % (
+            tool.name, "%.2f s" % traced if traced is not None
+            else "unknown (it has exited)", bpftrace + mine, bpftrace, mine))
 
 
 def watch_selection(session, pid, seq, delay, seen):
