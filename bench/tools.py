@@ -39,7 +39,7 @@ CPU_RE = re.compile(r"cpu_ns=(\d+)")
 # one method, Packet.__init__: 0.04 % of richards's 776,191 Python calls
 # (sys.setprofile's count at BENCH_SCALE=0.3).
 # calls and latency read batches of records (python:batch), one trap per
-# 512 calls; their --per-event rows trap at every event, as the other
+# 256 function events; their --per-event rows trap at every event, as the other
 # tools do.  cProfile is not a tool: the same workloads under python -m
 # cProfile, for scale (not in --help).
 CASES = [
@@ -120,7 +120,7 @@ def markdown(result):
            "*noise* is the spread of the untraced rounds "
            "((max − min)/min): a slowdown within it is no measurable "
            "cost.  `calls` and `latency` read batches of records "
-           "(`python:batch`, one trap per 512 events); their "
+           "(`python:batch`, one trap per 256 events); their "
            "`--per-event` rows trap at every event, as the other tools "
            "do.  `cProfile` is `python -m cProfile` on the same "
            "workloads, for scale.  `latency --svg` is `latency --folded` "

@@ -124,7 +124,7 @@ usdt:%s:python:batch
 	if (arg2 != 24 || arg3 != 1) {
 		@bad_layout = count();
 	}
-	for ($i : 0..512) {
+	for ($i : 0..256) {
 		if ($i >= arg1) {
 			break;
 		}
@@ -132,7 +132,7 @@ usdt:%s:python:batch
 		@n[pid, *(uint64 *)uptr($r), *(uint32 *)uptr($r + 20),
 		   *(uint32 *)uptr($r + 16)] = count();
 	}
-	if (arg1 > 512) {
+	if (arg1 > 256) {
 		@too_many = count();
 	}
 }

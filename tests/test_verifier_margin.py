@@ -26,6 +26,8 @@ SCRIPTS = os.path.join(USDT_PACKAGE, "scripts")
 # Each script's positional parameters after PYTHON, where it needs some
 # to load (pyprofile.bt's PID: any number loads it).
 SCRIPT_PARAMS = {"pyprofile.bt": ["1"]}
+# The scripts of python:batch (usdt._batch).
+BATCH_SCRIPTS = ("calls-batch.bt", "latency-batch.bt")
 
 # the stack tool's programs: at a timer, Python stacks, and whole stacks at
 # the default depths and at twice the default native depth; whole stacks
@@ -102,6 +104,17 @@ class MarginTest(unittest.TestCase):
                 with open(os.path.join(SCRIPTS, name)) as f:
                     text = f.read()
                 params = [PYTHON] + SCRIPT_PARAMS.get(name, [])
+                if name in BATCH_SCRIPTS:
+                    # As usdt.tools calls and latency load them: the
+                    # interpreter's offsets, the loops as this version
+                    # takes them; none on 0.18-0.23, where the tools run
+                    # their per-event scripts.
+                    batch = usdt_module("_batch")
+                    if batch.too_large_for(self.runner):
+                        continue
+                    text = self.runner.stack_config() + self.runner.loops(
+                        text.partition("\n")[2])
+                    params += batch.program_params(PYTHON)
                 # Loaded as the tools load them by test_usdt_scripts.
                 stats, errors, status = self.runner.verify(
                     text, params, ["-c", "%s -c pass" % PYTHON],

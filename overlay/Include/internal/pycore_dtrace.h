@@ -286,10 +286,12 @@ struct _PyDTrace_BatchRecord {
 #define _PyDTrace_BATCH_RETURN 4
 #define _PyDTrace_BATCH_YIELD 5
 #define _PyDTrace_BATCH_UNWIND 6
-/* Records per buffer (12 KiB): a consumer's loop must go this far (512
- * iterations of calls-batch.bt take bpftrace 0.17 about half of the
- * verifier's million instructions). */
-#define _PyDTrace_BATCH_CAPACITY 512
+/* Records per buffer (6 KiB): a consumer's loop must go this far.  On
+ * bpftrace 0.17, whose verifier walks every iteration, 512 iterations of
+ * latency-batch.bt took 94 % of the verifier's million instructions, and
+ * 256 take 47 %, under the half that tests/test_verifier_margin.py
+ * allows. */
+#define _PyDTrace_BATCH_CAPACITY 256
 /* A buffer whose oldest record is older is handed over at the next event,
  * before that event's record. */
 #define _PyDTrace_BATCH_MAX_AGE_NS 1000000000u
