@@ -16,11 +16,15 @@ time of everything else the run took outside the application's process
 CPU time, which it prints at exit).  It prints the median ratios to the
 untraced work, and whether `calls --top 0` counted every function of the
 application's packages exactly as sys.setprofile does: those whose
-counts do not vary between three runs under sys.setprofile (sympy's
-caches make a few vary).
+counts do not vary between --truth-runs runs under sys.setprofile (sympy's
+assumptions, cached in sets of objects hashed by address, make a few
+hundred vary, some only now and then).  And once, in one process: `calls
+--top 0 -c` of the application while its own sys.setprofile function
+counts its calls, every function of its packages (nothing varies within
+one run).
 
-usage: python3 bench/batch_cost.py PYTHON [--rounds N] [--per-event]
-           [--out-json F]
+usage: python3 bench/batch_cost.py PYTHON [--rounds N] [--truth-runs N]
+           [--per-event] [--out-json F]
 As root (bpftrace).
 """
 
@@ -56,10 +60,39 @@ def run(cmd, env):
     return work, max(0, spent - int(whole[0])), proc.stdout
 
 
+def same_process(python, app, path, env):
+    """calls --top 0 of the application in its profile mode: its own
+    sys.setprofile counts printed on its stdout, the tool's in a file."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
+        proc = subprocess.run(
+            [python, "-m", "usdt.tools", "calls", "--top", "0", "-o",
+             out.name, "-c", "%s %s profile" % (python, app)],
+            env=env, text=True, capture_output=True)
+        if proc.returncode != 0:
+            sys.exit("bench/batch_cost.py: calls of the profile run failed:"
+                     "\n%s" % proc.stderr[-3000:])
+        text = out.read()
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = {(f, n, int(l)): int(c)
+             for f, n, l, c in select_cost.CALLS.findall(text)}
+    expected = {}
+    for key, n in truth.items():
+        filename, name, line = key.rsplit("|", 2)
+        if filename.startswith(path + os.sep):
+            expected[filename, name, int(line)] = n
+    differ = sorted((key, found.get(key), n) for key, n in expected.items()
+                    if found.get(key) != n)
+    return {"functions": len(expected), "differ": differ}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("python")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--truth-runs", type=int, default=5,
+                        help="runs under sys.setprofile that tell the "
+                        "functions whose counts vary (default %(default)s)")
     parser.add_argument("--per-event", action="store_true",
                         help="also the tools' --per-event scripts")
     parser.add_argument("--out-json")
@@ -75,7 +108,7 @@ def main():
 def measure(args, python, path, app):
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
     runs = []
-    for _ in range(3):
+    for _ in range(args.truth_runs):
         proc = subprocess.run([python, app, "profile"], env=env, text=True,
                               capture_output=True)
         runs.append(json.loads(proc.stdout))
@@ -93,6 +126,12 @@ def measure(args, python, path, app):
           "calls, %d functions vary between runs under sys.setprofile"
           % (total, len(expected), sum(expected.values()), len(varying)),
           flush=True)
+    same = same_process(python, app, path, env)
+    print("calls --top 0 in the process that sys.setprofile counts: %d "
+          "functions of the packages, %s" % (
+              same["functions"], "all equal" if not same["differ"] else
+              "%d differ (function, found, setprofile): %s" % (
+                  len(same["differ"]), same["differ"][:5])), flush=True)
     command = "%s %s" % (python, app)
     commands = {
         "untraced": [python, app],
@@ -127,6 +166,7 @@ def measure(args, python, path, app):
                           "setprofile): %s" % differ[:5], flush=True)
     untraced = times["untraced"]
     result = {"calls": total, "functions": len(expected),
+              "same_process": same, "truth_runs": args.truth_runs,
               "varying": len(varying), "cpu_ns": times,
               "outside_cpu_ns": outside, "exact": exact, "ratios": {}}
     for name in commands:
