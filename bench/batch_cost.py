@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -96,22 +95,12 @@ def main():
     parser.add_argument("--per-event", action="store_true",
                         help="also the tools' --per-event scripts")
     parser.add_argument("--out-json")
-    args = parser.parse_args()
-    python = os.path.abspath(args.python)
-    path, app = select_cost.scratch()
-    try:
-        measure(args, python, path, app)
-    finally:
-        shutil.rmtree(path)
+    select_cost.in_scratch(measure, parser.parse_args())
 
 
 def measure(args, python, path, app):
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
-    runs = []
-    for _ in range(args.truth_runs):
-        proc = subprocess.run([python, app, "profile"], env=env, text=True,
-                              capture_output=True)
-        runs.append(json.loads(proc.stdout))
+    runs = select_cost.profile_runs(python, app, env, args.truth_runs)
     expected, varying = {}, set()
     for key, n in runs[0].items():
         filename, name, line = key.rsplit("|", 2)

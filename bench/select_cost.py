@@ -99,6 +99,17 @@ def cpu(proc):
     return int(found[0])
 
 
+def profile_runs(python, app, env, n):
+    """The counts that sys.setprofile gives in *n* runs of the
+    application: [{"file|name|line": calls}]."""
+    runs = []
+    for _ in range(n):
+        proc = subprocess.run([python, app, "profile"], env=env, text=True,
+                              capture_output=True)
+        runs.append(json.loads(proc.stdout))
+    return runs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("python")
@@ -106,7 +117,12 @@ def main():
                         help="the -f text (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out-json")
-    args = parser.parse_args()
+    in_scratch(measure, parser.parse_args())
+
+
+def in_scratch(measure, args):
+    """measure(args, python, path, app) with the application in a scratch
+    directory, removed after."""
     python = os.path.abspath(args.python)
     path, app = scratch()
     try:
@@ -121,11 +137,7 @@ def measure(args, python, path, app):
                                     "Lib"))
     from usdt import _select
 
-    runs = []
-    for _ in range(3):
-        proc = subprocess.run([python, app, "profile"], env=env, text=True,
-                              capture_output=True)
-        runs.append(json.loads(proc.stdout))
+    runs = profile_runs(python, app, env, 3)
     every = runs[0]
     total = sum(every.values())
     expected = {}

@@ -142,6 +142,20 @@ def program():
     return runner.stack_config() + runner.loops(RECORDS % PYTHON)
 
 
+def record_counts(text):
+    """({pid: Counter {(code, co_version, kind): records}}, Counter of the
+    other maps) of RECORDS's printed maps."""
+    per_pid = collections.defaultdict(collections.Counter)
+    counters = collections.Counter()
+    for name, keys, value in Bpftrace.maps(text):
+        if name == "n":
+            pid, code, version, kind = map(int, keys)
+            per_pid[pid][code, version, kind] += value
+        else:
+            counters[name] += value
+    return per_pid, counters
+
+
 KINDS = {1: "call", 2: "call", 3: "call", 4: "return", 5: "return",
          6: "return"}
 
@@ -166,21 +180,9 @@ class BatchTest(unittest.TestCase):
         env = dict(os.environ, CO_VERSION_OFFSET=str(offset))
         proc = Bpftrace.run(program(), script, timeout=300, env=env)
         self.assertEqual(proc.returncode, 0, Bpftrace.errors(proc))
-        per_pid = collections.defaultdict(collections.Counter)
-        counters = collections.Counter()
-        lines = []
-        for line in proc.stdout.splitlines():
-            if not line.startswith("@"):
-                if line.startswith("{"):
-                    lines.append(line)
-                continue
-            for name, keys, value in Bpftrace.maps(line):
-                if name == "n":
-                    pid, code, version, kind = map(int, keys)
-                    per_pid[pid][code, version, kind] += value
-                else:
-                    counters[name] += value
-        return per_pid, counters, lines
+        return (*record_counts(proc.stdout),
+                [line for line in proc.stdout.splitlines()
+                 if line.startswith("{")])
 
     def records_everywhere(self, script):
         """records() of bpftrace attached to every process of PYTHON (no
@@ -206,15 +208,7 @@ class BatchTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
         finally:
             stdout, stderr = Bpftrace.interrupt(bpftrace)
-        per_pid = collections.defaultdict(collections.Counter)
-        counters = collections.Counter()
-        for name, keys, value in Bpftrace.maps(stdout):
-            if name == "n":
-                pid, code, version, kind = map(int, keys)
-                per_pid[pid][code, version, kind] += value
-            else:
-                counters[name] += value
-        return per_pid, counters, proc.stdout.splitlines()
+        return (*record_counts(stdout), proc.stdout.splitlines())
 
     def test_records_equal_setprofile(self):
         script = self.script(WORKLOAD)

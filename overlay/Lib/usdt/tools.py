@@ -613,18 +613,37 @@ def callpaths_command(tool, args):
 
 def calls_command(tool, args):
     """calls: the batches of python:batch (usdt._batch), or with
-    --per-event top-functions.bt's function__entry hits.  Either way -f
-    is written as the process's selection (trace()): the interpreter
-    records, and fires, only the calls of the selected code."""
+    --per-event top-functions.bt's function__entry hits."""
+    return batch_command(
+        tool, args, "one trap per call", "top-functions.bt", ["0"],
+        lambda maps: _batch.format_calls(_batch.calls_by_function(maps), 0))
+
+
+def latency_command(tool, args):
+    """latency: the batches of python:batch (latency-batch.bt), or with
+    --per-event latency.bt's function__entry and __return hits, printed
+    alike.  latency.bt's keys hold two strings: 128 bytes (its header)."""
+    return batch_command(
+        tool, args, "two traps per call", "latency.bt", [args.order, "0"],
+        lambda maps: _batch.format_latency(maps, args.order), strlen=128)
+
+
+def batch_command(tool, args, traps, script, extra, output, strlen=None):
+    """A tool that reads python:batch (tool.script, usdt._batch): its maps
+    turned into text by output(maps); or with --per-event, or on a
+    bpftrace that cannot load it (said on stderr, with *traps*), the
+    per-event *script* with its parameters *extra* (N 0: it prints every
+    entry, cut below after -f).  Either way -f is written as the
+    process's selection (trace()): the interpreter records, and fires,
+    only the selected code's events."""
     runner = _bpftrace.find()
     if not args.per_event and _batch.too_large_for(runner):
-        sys.stderr.write("usdt.tools calls: bpftrace %s cannot load "
-                         "calls-batch.bt (the verifier's limit): one trap "
-                         "per call instead (--per-event)\n" % runner)
+        sys.stderr.write("usdt.tools %s: bpftrace %s cannot load %s (the "
+                         "verifier's limit): %s instead (--per-event)\n"
+                         % (tool.name, runner, tool.script, traps))
         args.per_event = True
     if args.per_event:
-        # N 0: the script prints every entry, cut below after -f.
-        status, text = trace(tool, "top-functions.bt", args, ["0"],
+        status, text = trace(tool, script, args, extra, strlen=strlen,
                              select=True)
     else:
         status, text = trace(tool, tool.script, args,
@@ -634,41 +653,9 @@ def calls_command(tool, args):
         maps, counters = _batch.parse(text)
         _batch.report(tool.name, counters,
                       keys=args.map_keys or tool.keys or 4096, maps=maps)
-        text = _batch.format_calls(_batch.calls_by_function(maps), 0)
+        text = output(maps)
     # -f before the cut, as run_script(): filtered here only when the
     # selection did not take effect in the process.
-    if args.filter and not args.selected:
-        text = filter_output(text, args.filter)
-    text = cut_maps(text, args.top, tool.cuts)
-    write(args, text)
-    return status
-
-
-def latency_command(tool, args):
-    """latency: the batches of python:batch (latency-batch.bt, usdt._batch)
-    or with --per-event latency.bt's function__entry and __return hits,
-    printed alike.  -f is written as the process's selection, as for
-    calls."""
-    runner = _bpftrace.find()
-    if not args.per_event and _batch.too_large_for(runner):
-        sys.stderr.write("usdt.tools latency: bpftrace %s cannot load "
-                         "latency-batch.bt (the verifier's limit): two "
-                         "traps per call instead (--per-event)\n" % runner)
-        args.per_event = True
-    if args.per_event:
-        # N 0: the script prints every entry, cut below after -f.  Its
-        # keys hold two strings: 128 bytes (latency.bt's header).
-        status, text = trace(tool, "latency.bt", args, [args.order, "0"],
-                             strlen=128, select=True)
-    else:
-        status, text = trace(tool, tool.script, args,
-                             _batch.program_params(args.binary),
-                             select=True, drop_flags=False, loops=True,
-                             batches=True)
-        maps, counters = _batch.parse(text)
-        _batch.report(tool.name, counters,
-                      keys=args.map_keys or tool.keys or 4096, maps=maps)
-        text = _batch.format_latency(maps, args.order)
     if args.filter and not args.selected:
         text = filter_output(text, args.filter)
     text = cut_maps(text, args.top, tool.cuts)
