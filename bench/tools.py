@@ -130,8 +130,10 @@ def markdown(result):
            "| tool | workload | slowdown | untraced CPU | noise | measured |",
            "|---|---|---:|---:|---:|---|"]
     for row in result["rows"]:
-        out.append("| `%s` | %s | ×%.2f | %.0f ms | %.1f %% | %s |" % (
-            row["tool"], row["workload"], row["slowdown"],
+        # cProfile is no tool of --help: its name not as a tool's.
+        out.append("| %s | %s | ×%.2f | %.0f ms | %.1f %% | %s |" % (
+            "python -m cProfile" if row["tool"] == "cProfile"
+            else "`%s`" % row["tool"], row["workload"], row["slowdown"],
             statistics.median(row["untraced_cpu_ns"]) / 1e6,
             100 * row["untraced_spread"],
             row.get("date", result["date"])))
