@@ -9,7 +9,7 @@
 .PHONY: bench bench-quick bench-watcher bench-stacks bench-whole-stacks bench-soak \
 	bench-profile-parts \
 	bench-framepointers-release bench-framepointers-release-wall \
-	bench-release bench-tools
+	bench-release bench-tools bench-batch
 
 # Benchmarks (docs/performance.md): (A) pristine without --with-dtrace,
 # (B) pristine with it, both built by the same driver and flags as (C) ours,
@@ -154,6 +154,18 @@ bench-tools: build
 	$(SYSTEM_PYTHON) bench/tools.py $(S)/obj/python \
 		--out-json bench/recorded/tools-cost.json --out-md docs/tools-cost.md \
 		--out-py overlay/Lib/usdt/_tool_costs.py
+
+# What python:batch costs: calls and latency of every function, batched
+# against --per-event and cProfile, on a real application (sympy, markdown,
+# jinja2; bench/batch_cost.py, as root); then what writing one record costs
+# inside the interpreter with no tracer, a copy of it with the batch
+# semaphore set in the file against it unarmed, in instructions per event
+# (cachegrind) and CPU time (bench/batch_event_cost.py) (docs/batch.md).
+bench-batch: build
+	$(SYSTEM_PYTHON) bench/batch_cost.py $(S)/obj/python --rounds 3 \
+		--per-event --out-json bench/recorded/batch-cost.json
+	$(SYSTEM_PYTHON) bench/batch_event_cost.py $(S)/obj/python \
+		--out-json bench/recorded/batch-event-cost.json
 
 # Quick mode for development: fewer workloads and rounds; writes to build/.
 bench-quick: build $(BENCH_BUILDS)

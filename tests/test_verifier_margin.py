@@ -11,6 +11,7 @@ lists them.  The stack depth is held under three quarters of the 512
 bytes of a BPF function: 0.27's whole-stack walk takes 360 (the
 variables of its bpf_loop() calls)."""
 
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -43,6 +44,10 @@ CASES = ([["--probe", "profile:hz:99", *options]
 ALLOC = ["--probe", "usdt:PYTHON:otel_memory:alloc", "--weight", "arg2",
          "--size", "arg1", "--live", "arg0",
          "usdt:PYTHON:otel_memory:free", "arg0"]
+
+# The programs are loaded two at a time: bpftrace's compiler and the
+# verifier keep a CPU busy for seconds per program, and they are many.
+WORKERS = max(1, min(2, os.cpu_count() or 1))
 
 ROW = re.compile(r"^(.+?)\s+(\d+)\s+(\S+)$")
 
@@ -87,38 +92,56 @@ class MarginTest(unittest.TestCase):
         return stats
 
     def test_stack_tool_programs(self):
-        for args in CASES:
+        # Two at a time, as test_scripts.
+        with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+            futures = [pool.submit(self.pystack_stats, args)
+                       for args in CASES]
+        for args, future in zip(CASES, futures):
             with self.subTest(args=" ".join(args)):
                 self.assertMargin("usdt.stacks " + " ".join(args),
-                                  self.pystack_stats(args))
+                                  future.result())
 
     def test_alloc_program(self):
         self.assertMargin("usdt.stacks " + " ".join(ALLOC),
                           self.pystack_stats(ALLOC))
 
+    def script_program(self, name):
+        """(text, params) of the script *name* as the toolkit loads it, or
+        None where this bpftrace runs another script instead."""
+        with open(os.path.join(SCRIPTS, name)) as f:
+            text = f.read()
+        params = [PYTHON] + SCRIPT_PARAMS.get(name, [])
+        if name in BATCH_SCRIPTS:
+            # As usdt.tools calls and latency load them: the interpreter's
+            # offsets, the loops as this version takes them; none on
+            # 0.18-0.23, where the tools run their per-event scripts.
+            batch = usdt_module("_batch")
+            if batch.too_large_for(self.runner):
+                return None
+            text = self.runner.stack_config() + self.runner.loops(
+                text.partition("\n")[2])
+            params += batch.program_params(PYTHON)
+        return text, params
+
     def test_scripts(self):
         names = sorted(n for n in os.listdir(SCRIPTS) if n.endswith(".bt"))
         self.assertGreater(len(names), 10)
-        for name in names:
+        programs = {name: self.script_program(name) for name in names}
+
+        def verify(name):
+            # Loaded as the tools load them by test_usdt_scripts.
+            text, params = programs[name]
+            return self.runner.verify(text, params,
+                                      ["-c", "%s -c pass" % PYTHON],
+                                      load=False)
+
+        # Two at a time (WORKERS).
+        loaded = [name for name in names if programs[name] is not None]
+        with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+            results = dict(zip(loaded, pool.map(verify, loaded)))
+        for name in loaded:
             with self.subTest(script=name):
-                with open(os.path.join(SCRIPTS, name)) as f:
-                    text = f.read()
-                params = [PYTHON] + SCRIPT_PARAMS.get(name, [])
-                if name in BATCH_SCRIPTS:
-                    # As usdt.tools calls and latency load them: the
-                    # interpreter's offsets, the loops as this version
-                    # takes them; none on 0.18-0.23, where the tools run
-                    # their per-event scripts.
-                    batch = usdt_module("_batch")
-                    if batch.too_large_for(self.runner):
-                        continue
-                    text = self.runner.stack_config() + self.runner.loops(
-                        text.partition("\n")[2])
-                    params += batch.program_params(PYTHON)
-                # Loaded as the tools load them by test_usdt_scripts.
-                stats, errors, status = self.runner.verify(
-                    text, params, ["-c", "%s -c pass" % PYTHON],
-                    load=False)
+                stats, errors, status = results[name]
                 self.assertEqual(status, 0, "%s: %s" % (name, errors))
                 self.assertMargin(name, [(s.name, s.insns, s.max_stack)
                                          for s in stats])
