@@ -3,8 +3,9 @@
 The records of the batches a tracer receives, counted per code object and
 kind, equal the 'call' and 'return' events that a sys.setprofile()
 function (threading.setprofile_all_threads()) receives in a run of the
-same deterministic workload: generators, exceptions that unwind several
-frames, threads.  A forked child's batches hold the child's events only.
+same deterministic workload: generators, coroutines that suspend,
+exceptions that unwind several frames, threads; and code run in a
+subinterpreter.  A forked child's batches hold the child's events only.
 python -m usdt.tools calls, which reads the batches, counts as
 sys.setprofile() does, and python -m usdt.tools latency (latency-batch.bt)
 times as many runs of each function.  With -p, the calls of a thread that
@@ -33,10 +34,32 @@ from support import (CPU_NOTE, PYTHON, Bpftrace, bpftrace_env,
 # (an address alone may have been another code object's before, such as
 # a module body's that ran at start-up).
 WORKLOAD = textwrap.dedent("""\
-    import ctypes, json, sys, threading
+    import ctypes, json, sys, threading, types
 
     def leaf(i):
         return i + 1
+
+    @types.coroutine
+    def suspend():
+        yield
+
+    async def coro_leaf(i):
+        return i + 1
+
+    async def coro(n):
+        total = 0
+        for i in range(n):
+            await suspend()
+            total += await coro_leaf(i)
+        return total
+
+    def run_coro(n):
+        c = coro(n)
+        try:
+            while True:
+                c.send(None)
+        except StopIteration as stop:
+            return stop.value
 
     def gen(n):
         for i in range(n):
@@ -67,6 +90,8 @@ WORKLOAD = textwrap.dedent("""\
             total += leaf(i)
             total += sum(gen(3))
             total += catcher()
+            if i % 10 == 0:
+                total += run_coro(3)
         closer()
         return total
 
@@ -85,7 +110,8 @@ WORKLOAD = textwrap.dedent("""\
     def version(code, off):
         return ctypes.c_uint32.from_address(id(code) + off).value
 
-    FUNCS = [leaf, gen, deep, catcher, closer, work, threaded, main]
+    FUNCS = [leaf, gen, deep, catcher, closer, work, threaded, main,
+             suspend, coro_leaf, coro, run_coro]
     CODES = {f.__code__: f.__qualname__ for f in FUNCS}
 
     if sys.argv[1:] == ["profile"]:
@@ -111,6 +137,37 @@ WORKLOAD = textwrap.dedent("""\
         if off:
             print(json.dumps({str(id(c)): [n, version(c, off)]
                               for c, n in CODES.items()}))
+""")
+
+# Code run in a subinterpreter: a generator and its calls; with argv[1]
+# "profile", a sys.setprofile function set in the subinterpreter counts
+# their 'call' events, printed as JSON.
+SUBINTERPRETER = textwrap.dedent("""\
+    import _interpreters, sys
+    CODE = '''
+    import json, os, sys
+    def sub_f(i):
+        return i
+    def sub_gen(n):
+        for i in range(n):
+            yield sub_f(i)
+    counts = {}
+    def prof(frame, event, arg):
+        name = frame.f_code.co_name
+        if event == "call" and name in ("sub_f", "sub_gen"):
+            counts[name] = counts.get(name, 0) + 1
+    if PROFILE:
+        sys.setprofile(prof)
+    for i in range(70):
+        sum(sub_gen(3))
+    sys.setprofile(None)
+    if PROFILE:
+        os.write(1, (json.dumps(counts) + "\\\\n").encode())
+    '''
+    interp = _interpreters.create()
+    _interpreters.run_string(interp, "PROFILE = %r\\n" % (
+        sys.argv[1:] == ["profile"]) + CODE)
+    _interpreters.destroy(interp)
 """)
 
 # Every record of every batch: (pid, code, co_version, kind) counts; its
@@ -344,6 +401,29 @@ class BatchTest(unittest.TestCase):
                 if CPU_NOTE.match(line)]
         self.assertEqual(len(said), 1, proc.stderr)
         self.assertNotIn("unknown", said[0])
+
+    def test_subinterpreter_calls_equal_setprofile(self):
+        # Code run in a subinterpreter (_interpreters, 3.13) writes its
+        # records as the main interpreter's does: calls --top 0 counts
+        # them as a sys.setprofile function set in that subinterpreter.
+        script = self.script(SUBINTERPRETER)
+        truth = run([PYTHON, script, "profile"], timeout=300)
+        self.assertEqual(truth.returncode, 0, truth.stderr)
+        expected = json.loads(truth.stdout.splitlines()[-1])
+        self.assertEqual(expected["sub_f"], 210)
+        output = os.path.join(self.tmp.name, "calls.txt")
+        proc = run([PYTHON, "-m", "usdt.tools", "calls", "--top", "0",
+                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
+                   timeout=300, env=bpftrace_env())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(output) as f:
+            text = f.read()
+        found = {}
+        for name, keys, value in Bpftrace.maps(text):
+            if keys[0] == "<string>" and keys[1] in expected:
+                found[keys[1]] = found.get(keys[1], 0) + value
+        self.assertEqual(found, expected)
+        self.assertNotIn("lost", proc.stderr)
 
     def setprofile_calls(self, script):
         """{function: calls} of the workload as setprofile counts them."""
