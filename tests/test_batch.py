@@ -267,6 +267,17 @@ class BatchTest(unittest.TestCase):
             stdout, stderr = Bpftrace.interrupt(bpftrace)
         return (*record_counts(stdout), proc.stdout.splitlines())
 
+    def calls_top_0(self, script):
+        """python -m usdt.tools calls --top 0 -c "PYTHON script": its
+        process, and the maps it wrote (-o)."""
+        output = os.path.join(self.tmp.name, "calls.txt")
+        proc = run([PYTHON, "-m", "usdt.tools", "calls", "--top", "0",
+                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
+                   timeout=300, env=bpftrace_env())
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(output) as f:
+            return proc, f.read()
+
     def test_records_equal_setprofile(self):
         script = self.script(WORKLOAD)
         truth = run([PYTHON, script, "profile"], timeout=300)
@@ -376,13 +387,7 @@ class BatchTest(unittest.TestCase):
         expected = {name.rpartition(" ")[0]: n for name, n in
                     json.loads(truth.stdout.splitlines()[-1]).items()
                     if name.endswith(" call")}
-        output = os.path.join(self.tmp.name, "calls.txt")
-        proc = run([PYTHON, "-m", "usdt.tools", "calls", "--top", "0",
-                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
-                   timeout=300, env=bpftrace_env())
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(output) as f:
-            text = f.read()
+        proc, text = self.calls_top_0(script)
         found = {}
         for name, keys, value in Bpftrace.maps(text):
             self.assertEqual(name, "calls")
@@ -411,13 +416,7 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(truth.returncode, 0, truth.stderr)
         expected = json.loads(truth.stdout.splitlines()[-1])
         self.assertEqual(expected["sub_f"], 210)
-        output = os.path.join(self.tmp.name, "calls.txt")
-        proc = run([PYTHON, "-m", "usdt.tools", "calls", "--top", "0",
-                    "-o", output, "-c", "%s %s" % (PYTHON, script)],
-                   timeout=300, env=bpftrace_env())
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(output) as f:
-            text = f.read()
+        proc, text = self.calls_top_0(script)
         found = {}
         for name, keys, value in Bpftrace.maps(text):
             if keys[0] == "<string>" and keys[1] in expected:
