@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import re
+import runpy
 import shutil
 import statistics
 import struct
@@ -50,6 +51,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (build_tree_of, make_tree: the runs' trees)
 
+USDT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "overlay", "Lib", "usdt")
+SHF_ALLOC = 0x2
 SYMBOL = "python_batch_semaphore"
 PROVIDER, MARKER = "python", "batch"
 IREFS = re.compile(r"==\d+==\s+I\s+refs:\s+([\d,]+)")
@@ -83,91 +87,46 @@ print("cpu_ns=%d events=%d" % (cpu, events))
 
 # --------------------------------------------------------------------------- ELF
 
-def elf_sections(data):
-    """[(name, type, address, offset, size)] of a little-endian ELF64."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        sys.exit("bench/batch_event_cost.py: not a little-endian ELF64 file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3a)
-    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-           for i in range(shnum)]
-    names_off = raw[shstrndx][4]
-
-    def name(off):
-        start = names_off + off
-        return data[start:data.index(b"\0", start)].decode()
-    return [(name(s[0]), s[1], s[3], s[4], s[5], s[6], s[9]) for s in raw]
-
-
-def symbol_value(data, sections, symbol):
-    """(address, section index) of symbol in .symtab, or None."""
-    want = symbol.encode()
-    for _, kind, _, off, size, link, entsize in sections:
-        if kind != 2:           # SHT_SYMTAB
-            continue
-        strtab = sections[link][3]
-        for pos in range(off, off + size, entsize):
-            st_name, _, _, shndx, value, _ = struct.unpack_from(
-                "<IBBHQQ", data, pos)
-            start = strtab + st_name
-            if data[start:start + len(want) + 1] == want + b"\0":
-                return value, shndx
-    return None
-
-
-def note_semaphore(data, sections):
-    """The semaphore address of the python:batch marker's stapsdt note,
-    or None when the binary has no such note."""
-    for name, _, _, off, size, _, _ in sections:
-        if name != ".note.stapsdt":
-            continue
-        pos = off
-        while pos < off + size:
-            namesz, descsz, kind = struct.unpack_from("<III", data, pos)
-            pos += 12
-            owner = data[pos:pos + namesz].rstrip(b"\0")
-            pos += (namesz + 3) & ~3
-            desc = data[pos:pos + descsz]
-            pos += (descsz + 3) & ~3
-            if owner != b"stapsdt" or kind != 3:
-                continue
-            semaphore, = struct.unpack_from("<Q", desc, 16)
-            provider, probe = desc[24:].split(b"\0")[:2]
-            if (provider, probe) == (PROVIDER.encode(), MARKER.encode()):
-                return semaphore
-    return None
-
-
-def semaphore_offset(data):
-    """{symbol, address, section, file_offset} of python_batch_semaphore."""
-    sections = elf_sections(data)
-    found = symbol_value(data, sections, SYMBOL)
-    if found is None:
+def semaphore_offset(python):
+    """{symbol, address, section, file_offset, note_checked} of
+    python_batch_semaphore in the interpreter, read with usdt._elf (the
+    toolkit's one ELF reader, loaded from overlay/Lib/usdt)."""
+    runpy.run_path(os.path.join(USDT, "_frompath.py"))["load"](USDT)
+    from usdt import _elf
+    try:
+        elf = _elf.ElfFile(python)
+        symbol = elf.symbols().get(SYMBOL)
+        notes = [probe.semaphore for probe in elf.stapsdt_probes()
+                 if (probe.provider, probe.name) == (PROVIDER, MARKER)]
+    except _elf.ElfError as error:
+        sys.exit("bench/batch_event_cost.py: %s" % error)
+    if symbol is None:
         sys.exit("bench/batch_event_cost.py: no symbol %s in the interpreter "
                  "(not a build with python:batch, or stripped)" % SYMBOL)
-    address, shndx = found
-    if not 0 < shndx < len(sections):
-        sys.exit("bench/batch_event_cost.py: %s is in no section (%d)"
-                 % (SYMBOL, shndx))
-    name, kind, sh_addr, sh_offset, sh_size, _, _ = sections[shndx]
-    if kind == 8 or not sh_addr <= address < sh_addr + sh_size:   # NOBITS
+    address = symbol.value
+    # The allocated section whose bytes in the file hold the symbol.
+    section = next((s for s in elf.sections
+                    if s.flags & SHF_ALLOC and s.type != _elf.SHT_NOBITS
+                    and s.addr <= address < s.addr + s.size), None)
+    if section is None:
         sys.exit("bench/batch_event_cost.py: %s at %#x is not in the file's "
-                 "bytes of %s" % (SYMBOL, address, name))
-    note = note_semaphore(data, sections)
-    if note is not None and note != address:
-        sys.exit("bench/batch_event_cost.py: %s is at %#x, the %s:%s note's "
-                 "semaphore at %#x" % (SYMBOL, address, PROVIDER, MARKER, note))
-    return {"symbol": SYMBOL, "address": address, "section": name,
-            "file_offset": sh_offset + address - sh_addr,
-            "note_checked": note is not None}
+                 "bytes of any section" % (SYMBOL, address))
+    for note in notes:
+        if note != address:
+            sys.exit("bench/batch_event_cost.py: %s is at %#x, the %s:%s "
+                     "note's semaphore at %#x"
+                     % (SYMBOL, address, PROVIDER, MARKER, note))
+    return {"symbol": SYMBOL, "address": address, "section": section.name,
+            "file_offset": section.offset + address - section.addr,
+            "note_checked": bool(notes)}
 
 
 def armed_copy(python, path):
     """Copy python to path with the batch semaphore set to 1; returns the
     semaphore's facts."""
+    where = semaphore_offset(python)
     with open(python, "rb") as f:
         data = bytearray(f.read())
-    where = semaphore_offset(data)
     off = where["file_offset"]
     value, = struct.unpack_from("<H", data, off)
     if value != 0:
